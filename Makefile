@@ -1,0 +1,42 @@
+# mmcpd: build, run, test.
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# Bundled plugins: every plugins/<name>/ with Go sources builds to plugins/mmcp-plugin-<name>.
+PLUGINS := $(patsubst plugins/%/,plugins/mmcp-plugin-%,$(sort $(dir $(wildcard plugins/*/*.go))))
+
+.PHONY: all build run test bench fuzz lint clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/mmcpd ./cmd/mmcpd
+	@for p in $(PLUGINS); do \
+		name=$${p#plugins/mmcp-plugin-}; \
+		echo "$(GO) build -o $$p ./plugins/$$name"; \
+		$(GO) build -o $$p ./plugins/$$name || exit 1; \
+	done
+
+run: build
+	./bin/mmcpd serve
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race ./...
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...
+
+# Each fuzz target for a while; FUZZTIME=5m make fuzz for a longer look.
+FUZZTIME ?= 30s
+fuzz:
+	@for t in $$($(GO) test -list '^Fuzz' ./pkg/schema | grep '^Fuzz'); do \
+		$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) ./pkg/schema || exit 1; \
+	done
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin plugins/mmcp-plugin-*

@@ -1,0 +1,279 @@
+// Command mmcpd is the daemon that gives a home media stack a chat endpoint
+// driven by a local language model, and the client commands that talk to it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/mmcpd/mmcpd/pkg/config"
+	"github.com/mmcpd/mmcpd/pkg/llm"
+	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/server"
+	"github.com/mmcpd/mmcpd/pkg/trace"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+const usage = `mmcpd: a chat endpoint for a home media stack, driven by a local model.
+
+Usage:
+  mmcpd [serve]                 run the daemon in the foreground
+  mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
+  mmcpd config                  print the effective configuration and every variable
+  mmcpd schema                  print the reply schema the model is held to
+  mmcpd version                 print the version
+
+Settings are environment variables; see "mmcpd config".
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve(stderr)
+	case "chat":
+		err = chat(args, stdout, stderr)
+	case "config":
+		err = printConfig(stdout)
+	case "schema":
+		err = printSchema(stdout)
+	case "version":
+		fmt.Fprintln(stdout, "mmcpd", buildVersion())
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "mmcpd: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "mmcpd %s: %v\n", cmd, err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks a mistake in how mmcpd was invoked or configured.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func loadConfig() (config.Config, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return cfg, usageError{fmt.Errorf("invalid configuration:\n%w", err)}
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(trace.Handler{Handler: h})
+}
+
+// daemon is everything serve and schema wire together.
+type daemon struct {
+	cfg    config.Config
+	model  *llm.Client
+	runner *loop.Runner
+}
+
+func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
+	model, err := llm.New(llm.Options{
+		Host:        cfg.OllamaHost,
+		Model:       cfg.OllamaModel,
+		NumCtx:      cfg.OllamaNumCtx,
+		Temperature: cfg.LLMTemperature,
+		Timeout:     cfg.LLMTimeout,
+		Retries:     cfg.LLMRateLimitRetries,
+		KeepAlive:   cfg.OllamaKeepAlive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model client: %w", err)
+	}
+	runner := &loop.Runner{
+		Model: model,
+		Config: loop.Config{
+			MaxSteps:        cfg.LoopMaxSteps,
+			MaxRetries:      cfg.LLMMaxRetries,
+			MaxContextChars: cfg.LLMMaxContextChars,
+			MaxOutputChars:  cfg.ToolMaxOutputChars,
+			ToolTimeout:     cfg.ToolTimeout,
+			MaxToolFailures: loop.DefaultConfig.MaxToolFailures,
+		},
+		Log: log,
+	}
+	return &daemon{cfg: cfg, model: model, runner: runner}, nil
+}
+
+func serve(stderr io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	slog.SetDefault(log)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
+	d, err := newDaemon(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := d.model.Check(checkCtx); err != nil {
+		// Not fatal: Ollama may start after us. /readyz and every chat say
+		// the same until it is there.
+		log.Warn("the model is not ready; chats will fail until it is", "problem", err.Error())
+	} else {
+		log.Info("model ready", "model", cfg.OllamaModel, "ollama", cfg.OllamaHost)
+	}
+	cancel()
+
+	api := &server.Server{
+		Turns:    d.runner,
+		Catalog:  d.runner,
+		Model:    d.model,
+		Sessions: server.NewMemory(),
+		Token:    cfg.APIToken.Reveal(),
+		Log:      log,
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s (MMCP_LISTEN_ADDR): %w", cfg.ListenAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A turn is several model calls and tool calls: allow all of them.
+		WriteTimeout: time.Duration(cfg.LoopMaxSteps+1)*(time.Duration(cfg.LLMMaxRetries+1)*cfg.LLMTimeout+cfg.ToolTimeout) + 30*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", cfg.OllamaModel)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancelShut()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func printConfig(stdout io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "# Effective configuration (secrets masked)")
+	if err := cfg.Effective(stdout); err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stdout, "# warning:", w)
+	}
+	fmt.Fprintln(stdout, "\n# Variables")
+	return config.Usage(stdout)
+}
+
+func printSchema(stdout io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	d, err := newDaemon(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	u, err := d.runner.Union()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", indentJSON(u.Format()))
+	return err
+}
+
+func chat(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	session := fs.String("session", "", "continue this session (the id a previous chat printed)")
+	steps := fs.Bool("steps", false, "print the steps the agent took")
+	addr := fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New(`want exactly one message: mmcpd chat "what's downloading?"`)}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if *addr == "" {
+		*addr = cfg.ListenAddr
+	}
+	c := client{base: "http://" + *addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *timeout}}
+	res, err := c.chat(server.ChatRequest{Message: fs.Arg(0), SessionID: *session})
+	if err != nil {
+		return err
+	}
+	if *steps {
+		printSteps(stdout, res.Steps)
+	}
+	fmt.Fprintln(stdout, res.Answer)
+	fmt.Fprintf(stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
+	return nil
+}

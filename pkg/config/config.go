@@ -1,0 +1,319 @@
+// Package config owns the daemon's MMCP_* settings and the Secret type that
+// keeps credentials out of logs and responses.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+const prefix = "mmcp"
+
+// Config is the daemon's configuration. The struct tags are the single source
+// of truth for variable names, defaults and descriptions: Load, Usage and
+// Effective all read them.
+//
+// Every field uses split_words and none uses an `envconfig:"..."` name,
+// because an explicit name makes envconfig fall back to the unprefixed
+// variable (`envconfig:"listen_addr"` would also read LISTEN_ADDR). The tests
+// pin every derived name.
+type Config struct {
+	ListenAddr          string        `split_words:"true" default:"127.0.0.1:8787" desc:"HTTP listen address, host:port"`
+	OllamaHost          string        `split_words:"true" default:"http://127.0.0.1:11434" desc:"Ollama server URL or host[:port]; defaults to $OLLAMA_HOST when that is set"`
+	OllamaModel         string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
+	OllamaNumCtx        int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
+	OllamaKeepAlive     time.Duration `split_words:"true" default:"5m" desc:"how long Ollama keeps the model loaded after a call; negative keeps it loaded"`
+	LLMTemperature      float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
+	LLMTimeout          time.Duration `split_words:"true" default:"120s" desc:"timeout for one model call, greater than 0"`
+	LLMMaxContextChars  int           `split_words:"true" default:"20000" desc:"character budget for the prompt, at least 1000"`
+	LLMMaxRetries       int           `split_words:"true" default:"2" desc:"self-corrections allowed per step after an invalid model reply, 0 to 10"`
+	LLMRateLimitRetries int           `split_words:"true" default:"3" desc:"retries when the model server is busy or rate-limits, 0 to 10"`
+	LoopMaxSteps        int           `split_words:"true" default:"5" desc:"maximum reasoning steps per request, 1 to 50"`
+	ToolTimeout         time.Duration `split_words:"true" default:"30s" desc:"timeout for one tool call, greater than 0"`
+	ToolMaxOutputChars  int           `split_words:"true" default:"4000" desc:"tool output is truncated to this many characters, at least 100"`
+	PluginsDir          string        `split_words:"true" default:"./plugins" desc:"directory of tool plugins"`
+	DataDir             string        `split_words:"true" default:"./data" desc:"directory for state and traces"`
+	APIToken            Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
+	LogLevel            string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
+	LogFormat           string        `split_words:"true" default:"text" desc:"text or json"`
+}
+
+const (
+	defaultOllamaPort = "11434"
+	// ollamaHostFallback is Ollama's own variable, honoured so that mmcpd
+	// finds the same server as the ollama CLI without extra setup.
+	ollamaHostFallback = "OLLAMA_HOST"
+)
+
+// Load reads the MMCP_* variables from the process environment, applies
+// defaults, normalises and validates them. Each error line names the variable
+// and what it accepts; all validation problems are reported together.
+func Load() (Config, error) {
+	var c Config
+	if err := envconfig.Process(prefix, &c); err != nil {
+		return Config{}, explainProcessError(err)
+	}
+	if err := reparseInts(&c); err != nil {
+		return Config{}, err
+	}
+
+	// An empty MMCP_OLLAMA_HOST counts as unset, so that compose files can
+	// pass an unset variable through; with no fallback either,
+	// normalizeOllamaHost maps "" to the local server, as Ollama does.
+	hostVar := "MMCP_OLLAMA_HOST"
+	if strings.TrimSpace(os.Getenv(hostVar)) == "" {
+		if v := os.Getenv(ollamaHostFallback); strings.TrimSpace(v) != "" {
+			c.OllamaHost, hostVar = v, ollamaHostFallback
+		}
+	}
+	c.LogLevel = strings.ToLower(strings.TrimSpace(c.LogLevel))
+	c.LogFormat = strings.ToLower(strings.TrimSpace(c.LogFormat))
+
+	var hostErr error
+	c.OllamaHost, hostErr = normalizeOllamaHost(c.OllamaHost)
+	if hostErr != nil {
+		hostErr = fmt.Errorf("%s: %w", hostVar, hostErr)
+	}
+
+	if err := errors.Join(hostErr, c.validate()); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c Config) validate() error {
+	return errors.Join(
+		validateListenAddr(c.ListenAddr),
+		nonEmpty("MMCP_OLLAMA_MODEL", c.OllamaModel),
+		atLeast("MMCP_OLLAMA_NUM_CTX", c.OllamaNumCtx, 512),
+		temperature("MMCP_LLM_TEMPERATURE", c.LLMTemperature),
+		positive("MMCP_LLM_TIMEOUT", c.LLMTimeout),
+		atLeast("MMCP_LLM_MAX_CONTEXT_CHARS", c.LLMMaxContextChars, 1000),
+		between("MMCP_LLM_MAX_RETRIES", c.LLMMaxRetries, 0, 10),
+		between("MMCP_LLM_RATE_LIMIT_RETRIES", c.LLMRateLimitRetries, 0, 10),
+		between("MMCP_LOOP_MAX_STEPS", c.LoopMaxSteps, 1, 50),
+		positive("MMCP_TOOL_TIMEOUT", c.ToolTimeout),
+		atLeast("MMCP_TOOL_MAX_OUTPUT_CHARS", c.ToolMaxOutputChars, 100),
+		nonEmpty("MMCP_PLUGINS_DIR", c.PluginsDir),
+		nonEmpty("MMCP_DATA_DIR", c.DataDir),
+		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
+		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
+	)
+}
+
+func validateListenAddr(addr string) error {
+	const name = "MMCP_LISTEN_ADDR"
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: must be host:port (e.g. 127.0.0.1:8787 or :8787), got %q", name, addr)
+	}
+	// Port 0 (pick a free port) stays legal for tests.
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%s: port must be a number between 0 and 65535, got %q", name, addr)
+	}
+	return nil
+}
+
+func nonEmpty(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%s: must not be empty", name)
+	}
+	return nil
+}
+
+func atLeast(name string, v, lo int) error {
+	if v < lo {
+		return fmt.Errorf("%s: must be at least %d, got %d", name, lo, v)
+	}
+	return nil
+}
+
+func between(name string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s: must be between %d and %d, got %d", name, lo, hi, v)
+	}
+	return nil
+}
+
+func temperature(name string, v float64) error {
+	// Written so that NaN, which compares false with everything, fails too.
+	if !(v >= 0 && v <= 2) {
+		return fmt.Errorf("%s: must be between 0 and 2, got %v", name, v)
+	}
+	return nil
+}
+
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s: must be greater than 0 (examples: 30s, 2m), got %s", name, d)
+	}
+	return nil
+}
+
+func oneOf(name, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: must be one of %s, got %q", name, strings.Join(allowed, ", "), v)
+}
+
+// explainProcessError rewrites envconfig's parse errors, which name the Go
+// field and type, into the variable name and what it accepts.
+func explainProcessError(err error) error {
+	var pe *envconfig.ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	return invalidValue(pe.KeyName, pe.TypeName, pe.Value)
+}
+
+func invalidValue(key, typeName, value string) error {
+	switch typeName {
+	case "time.Duration":
+		return fmt.Errorf("%s: invalid duration %q (examples: 30s, 2m)", key, value)
+	case "int":
+		return fmt.Errorf("%s: invalid integer %q (expected a decimal whole number)", key, value)
+	case "float64":
+		return fmt.Errorf("%s: invalid number %q (examples: 0, 0.7)", key, value)
+	}
+	return fmt.Errorf("%s: invalid value %q for type %s", key, value, typeName)
+}
+
+// reparseInts reads every integer variable again in base 10. envconfig
+// parses integers with base 0, so MMCP_LOOP_MAX_STEPS=010 would silently mean
+// 8 and 0x10 would be accepted.
+func reparseInts(c *Config) error {
+	v := reflect.ValueOf(c).Elem()
+	for i, key := range envNames() {
+		f := v.Field(i)
+		if f.Type() != reflect.TypeFor[int]() {
+			continue
+		}
+		if s, ok := os.LookupEnv(key); ok {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return invalidValue(key, "int", s)
+			}
+			f.SetInt(int64(n))
+		}
+	}
+	return nil
+}
+
+// envNames lists the variable that envconfig reads for each Config field, in
+// field order. It is asked from envconfig itself so that Usage, Effective and
+// the checks above can never disagree with what Process reads.
+var envNames = sync.OnceValue(func() []string {
+	var b strings.Builder
+	if err := envconfig.Usagef(prefix, &Config{}, &b, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+		panic("config: listing variables: " + err.Error())
+	}
+	names := strings.Fields(b.String())
+	if len(names) != reflect.TypeFor[Config]().NumField() {
+		panic("config: every Config field must map to exactly one variable")
+	}
+	return names
+})
+
+// SlogLevel returns LogLevel as a slog.Level. Load has validated it; anything
+// else maps to Info.
+func (c Config) SlogLevel() slog.Level {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+const (
+	// charsPerToken is a deliberately pessimistic estimate: English averages
+	// about 4, but JSON, paths and IDs from media tools tokenise worse.
+	charsPerToken = 3
+	// replyReserveTokens is left free in num_ctx for the model's answer.
+	replyReserveTokens = 1024
+)
+
+// Warnings returns human-readable warnings for settings that are legal but
+// risky. Load does not fail on them; the daemon should log them at startup.
+func (c Config) Warnings() []string {
+	var w []string
+
+	if need := c.LLMMaxContextChars/charsPerToken + replyReserveTokens; need > c.OllamaNumCtx {
+		msg := fmt.Sprintf("MMCP_LLM_MAX_CONTEXT_CHARS=%d (about %d tokens at %d characters per token, plus %d tokens reserved for the reply) does not fit in MMCP_OLLAMA_NUM_CTX=%d, and Ollama silently drops the front of an oversized prompt; ",
+			c.LLMMaxContextChars, c.LLMMaxContextChars/charsPerToken, charsPerToken, replyReserveTokens, c.OllamaNumCtx)
+		if fit := (c.OllamaNumCtx - replyReserveTokens) * charsPerToken; fit >= 1000 {
+			msg += fmt.Sprintf("lower MMCP_LLM_MAX_CONTEXT_CHARS to at most %d or ", fit)
+		}
+		msg += fmt.Sprintf("raise MMCP_OLLAMA_NUM_CTX to at least %d", need)
+		w = append(w, msg)
+	}
+
+	if c.ToolMaxOutputChars > c.LLMMaxContextChars {
+		w = append(w, fmt.Sprintf("MMCP_TOOL_MAX_OUTPUT_CHARS=%d is larger than MMCP_LLM_MAX_CONTEXT_CHARS=%d: a single tool result can crowd out the rest of the prompt",
+			c.ToolMaxOutputChars, c.LLMMaxContextChars))
+	}
+
+	if c.APIToken == "" && !isLoopback(c.ListenAddr) {
+		w = append(w, fmt.Sprintf("MMCP_LISTEN_ADDR=%s is reachable from other machines and MMCP_API_TOKEN is empty: anyone who can reach it can drive the agent and its tools; set MMCP_API_TOKEN or listen on 127.0.0.1",
+			c.ListenAddr))
+	}
+	return w
+}
+
+// isLoopback reports whether addr only accepts local connections. An empty
+// host or an unresolved name counts as exposed, to err on the side of warning.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+const usageFormat = `VARIABLE	TYPE	DEFAULT	DESCRIPTION
+{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_description .}}
+{{end}}`
+
+// Usage writes a table of every variable with its type, default and
+// description, generated from the Config struct tags.
+func Usage(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := envconfig.Usagef(prefix, &Config{}, tw, usageFormat); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// Effective writes the configuration in use, one MMCP_NAME=value per line in
+// field order. Secrets print masked because fmt goes through Secret.Format.
+func (c Config) Effective(w io.Writer) error {
+	v := reflect.ValueOf(c)
+	for i, name := range envNames() {
+		if _, err := fmt.Fprintf(w, "%s=%v\n", name, v.Field(i).Interface()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+// Package llm owns the model client: one chat call to Ollama with the union
+// schema as format, retries on overload, and errors a person can act on.
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+
+	convo "github.com/mmcpd/mmcpd/pkg/context"
+)
+
+// DefaultNumCtx is the context size sent when Options.NumCtx is 0. Ollama's
+// own default is small and it silently cuts long prompts from the front, so
+// a num_ctx is always sent.
+const DefaultNumCtx = 8192
+
+// maxBackoff caps the doubling so that a large Retries setting cannot turn
+// into waits of minutes or hours between two attempts.
+const maxBackoff = time.Minute
+
+// Options configures a Client.
+type Options struct {
+	Host        string        // base URL, e.g. http://127.0.0.1:11434
+	Model       string        // e.g. qwen2.5:7b-instruct
+	NumCtx      int           // context size in tokens; 0 means DefaultNumCtx
+	Temperature float64       // sampling temperature
+	Timeout     time.Duration // per HTTP call (the http.Client timeout); 0 means none
+	Retries     int           // how many times to retry 429, 503 and refused connections
+	Backoff     time.Duration // first backoff delay, doubled each retry; 0 means 1s
+	KeepAlive   time.Duration // how long Ollama keeps the model loaded; 0 means Ollama's default
+}
+
+// Client talks to one model on one Ollama server. It is safe for concurrent
+// use.
+type Client struct {
+	api         *api.Client
+	host        string
+	model       string
+	numCtx      int
+	temperature float64
+	timeout     time.Duration
+	retries     int
+	backoff     time.Duration
+	keepAlive   time.Duration
+}
+
+// New checks the options and builds a Client. It does not contact the
+// server: use Check for that.
+func New(o Options) (*Client, error) {
+	host := strings.TrimRight(strings.TrimSpace(o.Host), "/")
+	u, err := url.Parse(host)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("llm: Ollama host %q is not an http(s) URL such as http://127.0.0.1:11434", o.Host)
+	}
+	model := strings.TrimSpace(o.Model)
+	if model == "" {
+		return nil, errors.New("llm: no model name given (for example qwen2.5:7b-instruct)")
+	}
+	switch {
+	case o.NumCtx < 0:
+		return nil, fmt.Errorf("llm: num_ctx must not be negative, got %d", o.NumCtx)
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("llm: timeout must not be negative, got %s", o.Timeout)
+	case o.Retries < 0:
+		return nil, fmt.Errorf("llm: retries must not be negative, got %d", o.Retries)
+	case o.Backoff < 0:
+		return nil, fmt.Errorf("llm: backoff must not be negative, got %s", o.Backoff)
+	}
+	c := &Client{
+		// A client of our own: http.DefaultClient has no timeout, and a hung
+		// model would hang the turn.
+		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout}),
+		host:        host,
+		model:       model,
+		numCtx:      o.NumCtx,
+		temperature: o.Temperature,
+		timeout:     o.Timeout,
+		retries:     o.Retries,
+		backoff:     o.Backoff,
+		keepAlive:   o.KeepAlive,
+	}
+	if c.numCtx == 0 {
+		c.numCtx = DefaultNumCtx
+	}
+	if c.backoff == 0 {
+		c.backoff = time.Second
+	}
+	return c, nil
+}
+
+// Model is the model name every request uses.
+func (c *Client) Model() string { return c.model }
+
+// Host is the server's base URL, without a trailing slash.
+func (c *Client) Host() string { return c.host }
+
+// Reply is the model's answer to one chat request.
+type Reply struct {
+	Content string // the assistant message; may be empty
+	Usage   Usage
+}
+
+// Usage counts what model calls cost.
+type Usage struct {
+	Calls            int           `json:"model_calls"`
+	PromptTokens     int           `json:"prompt_tokens"`
+	CompletionTokens int           `json:"completion_tokens"`
+	ModelTime        time.Duration `json:"model_time_ns"` // Ollama's total_duration
+}
+
+// Add adds o to u.
+func (u *Usage) Add(o Usage) {
+	u.Calls += o.Calls
+	u.PromptTokens += o.PromptTokens
+	u.CompletionTokens += o.CompletionTokens
+	u.ModelTime += o.ModelTime
+}
+
+// Chat sends one non-streaming chat request with format as the JSON Schema
+// the reply must follow (none when format is empty). Overload (429, 503) and
+// refused connections are retried with exponential backoff.
+func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.RawMessage) (Reply, error) {
+	req, err := c.request(msgs, format)
+	if err != nil {
+		return Reply{}, err
+	}
+	delay := c.backoff
+	for attempt := 1; ; attempt++ {
+		reply, err := c.chatOnce(ctx, req)
+		if err == nil {
+			return reply, nil
+		}
+		if ctx.Err() != nil {
+			return Reply{}, c.ctxErr(ctx, "chat")
+		}
+		if attempt > c.retries || !retryable(err) {
+			return Reply{}, c.explain("chat request", err, attempt)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Reply{}, c.ctxErr(ctx, "chat")
+		case <-t.C:
+		}
+		delay = min(2*delay, maxBackoff)
+	}
+}
+
+// Check reports whether the server is reachable and has the model.
+func (c *Client) Check(ctx context.Context) error {
+	_, err := c.api.Show(ctx, &api.ShowRequest{Model: c.model})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return c.ctxErr(ctx, "model check")
+	}
+	return c.explain("model check", err, 1)
+}
+
+func (c *Client) request(msgs []convo.Message, format json.RawMessage) (*api.ChatRequest, error) {
+	out := make([]api.Message, len(msgs))
+	for i, m := range msgs {
+		role, err := wireRole(m.Role)
+		if err != nil {
+			return nil, fmt.Errorf("llm: message %d: %w", i, err)
+		}
+		out[i] = api.Message{Role: role, Content: m.Content}
+	}
+	stream := false // a nil Stream means streaming
+	req := &api.ChatRequest{
+		Model:    c.model,
+		Messages: out,
+		Stream:   &stream,
+		Options: map[string]any{
+			"temperature": c.temperature,
+			"num_ctx":     c.numCtx,
+		},
+		// Tools stay empty: models ignore native tools when a format is set.
+	}
+	if len(format) > 0 {
+		req.Format = format
+	}
+	if c.keepAlive != 0 {
+		req.KeepAlive = &api.Duration{Duration: c.keepAlive}
+	}
+	return req, nil
+}
+
+// wireRole maps our roles to the ones chat templates know. Observations go as
+// user messages: many templates silently drop unknown roles, and the loop
+// already names the tool in the content.
+func wireRole(r convo.Role) (string, error) {
+	switch r {
+	case convo.System:
+		return "system", nil
+	case convo.User, convo.Observation:
+		return "user", nil
+	case convo.Assistant:
+		return "assistant", nil
+	}
+	return "", fmt.Errorf("unknown role %q", r)
+}
+
+func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, error) {
+	var (
+		chunks  int
+		done    bool
+		content strings.Builder
+		final   api.ChatResponse
+	)
+	err := c.api.Chat(ctx, req, func(r api.ChatResponse) error {
+		chunks++
+		content.WriteString(r.Message.Content)
+		if r.Done {
+			done = true
+			final = r
+		}
+		return nil
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	// The api client returns nil for a 200 with an empty or cut-off body
+	// without ever calling back, so completeness is checked here.
+	switch {
+	case chunks == 0:
+		return Reply{}, c.badResponse("an empty response")
+	case !done:
+		return Reply{}, c.badResponse("an incomplete response (no final message with done=true)")
+	}
+	return Reply{
+		Content: content.String(),
+		Usage: Usage{
+			Calls:            1,
+			PromptTokens:     final.PromptEvalCount,
+			CompletionTokens: final.EvalCount,
+			ModelTime:        final.TotalDuration,
+		},
+	}, nil
+}

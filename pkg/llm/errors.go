@@ -1,0 +1,172 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+
+	"github.com/ollama/ollama/api"
+)
+
+var (
+	// ErrUnavailable means the server could not be reached, was overloaded
+	// after every retry, or did not answer in time. The caller may try again
+	// later.
+	ErrUnavailable = errors.New("ollama unavailable")
+	// ErrModelMissing means the server does not have the model: it must be
+	// pulled first.
+	ErrModelMissing = errors.New("model not available")
+	// ErrBadResponse means a 200 that is empty, incomplete (no final message
+	// with done=true) or carries an error instead of a reply.
+	ErrBadResponse = errors.New("bad response from ollama")
+)
+
+// llmError carries a message meant for a person while errors.Is still finds
+// the sentinel (kind) and errors.As the api package's error (cause).
+type llmError struct {
+	msg   string
+	kind  error
+	cause error
+}
+
+func (e *llmError) Error() string { return e.msg }
+
+func (e *llmError) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.kind, e.cause} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func (c *Client) badResponse(what string) error {
+	return &llmError{
+		msg:  fmt.Sprintf("Ollama at %s sent %s to the chat request for model %q", c.host, what, c.model),
+		kind: ErrBadResponse,
+	}
+}
+
+func (c *Client) ctxErr(ctx context.Context, op string) error {
+	return fmt.Errorf("%s for model %q on %s: %w", op, c.model, c.host, ctx.Err())
+}
+
+// retryable reports whether another attempt may succeed soon: the server said
+// it is busy, or it is not listening (yet).
+func retryable(err error) bool {
+	var se api.StatusError
+	if errors.As(err, &se) {
+		return se.StatusCode == http.StatusTooManyRequests || se.StatusCode == http.StatusServiceUnavailable
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// explain turns an error of the api package into one a person can act on.
+func (c *Client) explain(op string, err error, attempts int) error {
+	if errors.Is(err, ErrBadResponse) {
+		return err
+	}
+	tries := ""
+	if attempts > 1 {
+		tries = fmt.Sprintf(" after %d attempts", attempts)
+	}
+
+	var se api.StatusError
+	if errors.As(err, &se) {
+		switch se.StatusCode {
+		case http.StatusNotFound:
+			return &llmError{
+				msg:   fmt.Sprintf("model %q is not available on %s: run \"ollama pull %s\"", c.model, c.host, c.model),
+				kind:  ErrModelMissing,
+				cause: err,
+			}
+		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			return &llmError{
+				msg:   fmt.Sprintf("Ollama at %s is overloaded (%s)%s; try again later", c.host, statusText(se), tries),
+				kind:  ErrUnavailable,
+				cause: err,
+			}
+		}
+		return &llmError{
+			msg:   fmt.Sprintf("the %s for model %q to Ollama at %s failed: %s", op, c.model, c.host, statusText(se)),
+			cause: err,
+		}
+	}
+	var ae api.AuthorizationError
+	if errors.As(err, &ae) {
+		return &llmError{
+			msg:   fmt.Sprintf("Ollama at %s refused the %s for model %q: %d %s", c.host, op, c.model, ae.StatusCode, http.StatusText(ae.StatusCode)),
+			cause: err,
+		}
+	}
+
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			within := ""
+			if c.timeout > 0 {
+				within = " within " + c.timeout.String()
+			}
+			return &llmError{
+				msg: fmt.Sprintf("Ollama at %s did not answer the %s for model %q%s: the model may be too slow for this timeout, or still loading",
+					c.host, op, c.model, within),
+				kind:  ErrUnavailable,
+				cause: err,
+			}
+		}
+		return &llmError{
+			msg:   fmt.Sprintf("cannot reach Ollama at %s (%s)%s: is it running? Start it with \"ollama serve\" or fix the host setting", c.host, reason(ue), tries),
+			kind:  ErrUnavailable,
+			cause: err,
+		}
+	}
+
+	// What is left came with a 200: an {"error": ...} line or a line that is
+	// not JSON at all (a proxy's page, a cut-off body).
+	return &llmError{
+		msg:   fmt.Sprintf("Ollama at %s answered the %s for model %q with an error instead of a reply: %s", c.host, op, c.model, clip(err.Error())),
+		kind:  ErrBadResponse,
+		cause: err,
+	}
+}
+
+func statusText(se api.StatusError) string {
+	status := se.Status // empty for non-streaming endpoints such as /api/show
+	if status == "" {
+		status = fmt.Sprintf("%d %s", se.StatusCode, http.StatusText(se.StatusCode))
+	}
+	if se.ErrorMessage == "" {
+		return status
+	}
+	return status + ": " + se.ErrorMessage
+}
+
+// reason is the short cause of a transport failure, without the method and
+// URL that url.Error puts in front.
+func reason(ue *url.Error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(ue, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.As(ue, &dns):
+		if dns.IsNotFound {
+			return fmt.Sprintf("host %q not found", dns.Name)
+		}
+		return fmt.Sprintf("cannot resolve host %q: %s", dns.Name, dns.Err)
+	}
+	return ue.Err.Error()
+}
+
+// clip keeps an error that may quote a whole response body readable.
+func clip(s string) string {
+	const limit = 300
+	if r := []rune(s); len(r) > limit {
+		return string(r[:limit]) + "..."
+	}
+	return s
+}

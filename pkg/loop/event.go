@@ -1,0 +1,41 @@
+package loop
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Observer receives a turn's events as they happen, on the turn's goroutine.
+// It must not block for long: the turn waits for it.
+type Observer func(Event)
+
+// EventType names what happened.
+type EventType string
+
+// The events of a turn, in the order they can occur within a step.
+const (
+	EventStepStart       EventType = "step_start"
+	EventModelReply      EventType = "model_reply"
+	EventValidationError EventType = "validation_error"
+	EventToolStart       EventType = "tool_start"
+	EventToolEnd         EventType = "tool_end"
+	EventFinal           EventType = "final"
+	EventError           EventType = "error"
+)
+
+// Event is one thing that happened in a turn. Fields not relevant to the type
+// are empty.
+type Event struct {
+	Type        EventType       `json:"type"`
+	TraceID     string          `json:"trace_id"`
+	Step        int             `json:"step,omitempty"`
+	Attempt     int             `json:"attempt,omitempty"`
+	Action      string          `json:"action,omitempty"`
+	Thought     string          `json:"thought,omitempty"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	Observation string          `json:"observation,omitempty"`
+	Problems    []string        `json:"problems,omitempty"`
+	Answer      string          `json:"answer,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Duration    time.Duration   `json:"duration_ns,omitempty"`
+}

@@ -1,0 +1,349 @@
+// Package loop owns one ReAct turn: asking the model for a typed decision,
+// re-asking with precise errors when the reply is invalid, running the chosen
+// tool, and stopping at an answer or a limit.
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/llm"
+	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/trace"
+)
+
+// Model is the language model: one chat call constrained by a JSON Schema.
+type Model interface {
+	Chat(ctx context.Context, msgs []convo.Message, format json.RawMessage) (llm.Reply, error)
+}
+
+// Tools is what the model can act with.
+type Tools interface {
+	// Tools lists every known tool, with why it is disabled where it is.
+	Tools() []Tool
+	// Call runs one tool. ctx carries the call's deadline.
+	Call(ctx context.Context, name string, args json.RawMessage) (string, error)
+}
+
+// Tool is a tool as the loop and the API list it.
+type Tool struct {
+	schema.Tool
+	// Disabled says why the model cannot use the tool now; empty if it can.
+	Disabled string `json:"disabled,omitempty"`
+}
+
+// Config holds the loop's limits.
+type Config struct {
+	MaxSteps        int           // tool decisions per turn before a forced answer
+	MaxRetries      int           // re-asks per step after an invalid reply
+	MaxContextChars int           // character budget of the window sent to the model
+	MaxOutputChars  int           // observation size in the window
+	ToolTimeout     time.Duration // per tool call
+	MaxToolFailures int           // failures of one tool in one turn before it leaves the turn's union
+}
+
+// DefaultConfig is the loop's configuration when the daemon's settings are
+// left alone.
+var DefaultConfig = Config{
+	MaxSteps:        5,
+	MaxRetries:      2,
+	MaxContextChars: 20000,
+	MaxOutputChars:  4000,
+	ToolTimeout:     30 * time.Second,
+	MaxToolFailures: 3,
+}
+
+// Runner runs turns. It is safe for concurrent use by turns of different
+// conversations; one conversation must run one turn at a time.
+type Runner struct {
+	Model  Model
+	Tools  Tools // nil means no tools
+	Config Config
+	Log    *slog.Logger // nil means slog.Default()
+
+	unions schema.Cache
+}
+
+// Result is what a turn produced.
+type Result struct {
+	TraceID string    `json:"trace_id"`
+	Answer  string    `json:"answer"`
+	Steps   []Step    `json:"steps"`
+	Usage   llm.Usage `json:"usage"`
+	// Forced is set when the step limit was reached and the answer was asked
+	// for with FinalResponse as the only choice.
+	Forced bool `json:"forced,omitempty"`
+}
+
+// Step is one decision of the model and what came of it.
+type Step struct {
+	Number      int             `json:"step"`
+	Thought     string          `json:"thought"`
+	Action      string          `json:"action"`
+	Args        json.RawMessage `json:"args"`
+	Observation string          `json:"observation,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Retries     int             `json:"retries,omitempty"`
+	Duration    time.Duration   `json:"duration_ns"`
+}
+
+// InvalidReplyError is returned when the model kept replying with invalid
+// output after every re-ask allowed in a step.
+type InvalidReplyError struct {
+	Step     int
+	Attempts int
+	Last     *schema.ReplyError
+}
+
+func (e *InvalidReplyError) Error() string {
+	return fmt.Sprintf("the model gave no valid reply in %d attempts at step %d; last problems: %s",
+		e.Attempts, e.Step, strings.Join(e.Last.Problems, "; "))
+}
+
+// Run runs one turn: message is the user's, conv the conversation so far. conv
+// grows by the user message, each step's decision and observation, and the
+// answer. Re-asked invalid replies never enter it. On error, conv keeps what
+// happened before the error, since tools may have acted.
+func (r *Runner) Run(ctx context.Context, conv *convo.Conversation, message string, obs Observer) (*Result, error) {
+	id := trace.ID(ctx)
+	if id == "" {
+		id = trace.New()
+		ctx = trace.With(ctx, id)
+	}
+	t := &turn{
+		Runner:  r,
+		conv:    conv,
+		obs:     obs,
+		log:     r.Log,
+		res:     &Result{TraceID: id},
+		strikes: map[string]int{},
+	}
+	if t.log == nil {
+		t.log = slog.Default()
+	}
+	conv.Append(convo.Message{Role: convo.User, Content: message})
+
+	for step := 1; step <= r.Config.MaxSteps; step++ {
+		done, err := t.step(ctx, step, false)
+		if err != nil || done {
+			return t.result(err)
+		}
+	}
+	t.res.Forced = true
+	_, err := t.step(ctx, r.Config.MaxSteps+1, true)
+	return t.result(err)
+}
+
+// turn is the state of one Run.
+type turn struct {
+	*Runner
+	conv    *convo.Conversation
+	obs     Observer
+	log     *slog.Logger
+	res     *Result
+	strikes map[string]int // tool failures in this turn
+}
+
+func (t *turn) result(err error) (*Result, error) {
+	if err != nil {
+		t.emit(Event{Type: EventError, Error: err.Error()})
+		return nil, err
+	}
+	return t.res, nil
+}
+
+// step asks the model for one decision and acts on it. final restricts the
+// union to FinalResponse. It reports whether the turn is over.
+func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
+	start := time.Now()
+	t.emit(Event{Type: EventStepStart, Step: n})
+	var tools []schema.Tool
+	var disabled []Tool
+	if !final {
+		tools, disabled = t.available()
+	}
+	u, err := t.unions.Union(tools)
+	if err != nil {
+		return false, fmt.Errorf("step %d: building the reply schema: %w", n, err)
+	}
+	system := systemPrompt(u, disabled, final, t.Config.MaxSteps)
+
+	d, retries, modelTime, err := t.decide(ctx, n, u, system, final)
+	if err != nil {
+		return false, err
+	}
+	st := Step{Number: n, Thought: d.Thought, Action: d.Action, Args: d.Args, Retries: retries}
+	reply, _ := json.Marshal(d)
+
+	if d.Final() {
+		t.conv.Append(convo.Message{Role: convo.Assistant, Content: string(reply)})
+		t.res.Answer = d.Answer()
+		st.Duration = time.Since(start)
+		t.res.Steps = append(t.res.Steps, st)
+		t.emit(Event{Type: EventFinal, Step: n, Thought: d.Thought, Answer: t.res.Answer})
+		t.logStep(ctx, st, modelTime, 0)
+		return true, nil
+	}
+
+	t.emit(Event{Type: EventToolStart, Step: n, Action: d.Action, Args: d.Args})
+	callStart := time.Now()
+	out, callErr := t.call(ctx, d.Action, d.Args)
+	callTime := time.Since(callStart)
+	if ctx.Err() != nil {
+		return false, fmt.Errorf("step %d: %w", n, context.Cause(ctx))
+	}
+	content := "Result of " + d.Action + ":\n" + out
+	if callErr != nil {
+		st.Error = callErr.Error()
+		t.strikes[d.Action]++
+		content = d.Action + " failed: " + st.Error
+	} else {
+		st.Observation = out
+	}
+	t.conv.Append(
+		convo.Message{Role: convo.Assistant, Content: string(reply), Tool: d.Action},
+		convo.Message{Role: convo.Observation, Content: content, Tool: d.Action},
+	)
+	st.Duration = time.Since(start)
+	t.res.Steps = append(t.res.Steps, st)
+	t.emit(Event{Type: EventToolEnd, Step: n, Action: d.Action, Observation: st.Observation, Error: st.Error, Duration: callTime})
+	t.logStep(ctx, st, modelTime, callTime)
+	return false, nil
+}
+
+// decide calls the model until it gives a valid decision, re-asking with the
+// exact problems at most MaxRetries times. The failed attempts and the
+// corrections live only here: once the model gets it right they are gone.
+func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string, final bool) (schema.Decision, int, time.Duration, error) {
+	msgs := convo.Window(system, t.conv.Messages, t.Config.MaxContextChars, t.Config.MaxOutputChars)
+	if final {
+		msgs = append(msgs, convo.Message{Role: convo.User, Content: finalNudge})
+	}
+	var modelTime time.Duration
+	for attempt := 0; ; attempt++ {
+		callStart := time.Now()
+		reply, err := t.Model.Chat(ctx, msgs, u.Format())
+		modelTime += time.Since(callStart)
+		if err != nil {
+			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: model call: %w", n, err)
+		}
+		t.res.Usage.Add(reply.Usage)
+		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Duration: time.Since(callStart)})
+
+		d, err := decodeSafely(u, reply.Content)
+		if err == nil {
+			return d, attempt, modelTime, nil
+		}
+		var re *schema.ReplyError
+		if !errors.As(err, &re) {
+			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: decoding reply: %w", n, err)
+		}
+		t.emit(Event{Type: EventValidationError, Step: n, Attempt: attempt, Problems: re.Problems})
+		if attempt >= t.Config.MaxRetries {
+			return schema.Decision{}, attempt, modelTime, &InvalidReplyError{Step: n, Attempts: attempt + 1, Last: re}
+		}
+		msgs = append(msgs,
+			convo.Message{Role: convo.Assistant, Content: convo.Cut(reply.Content, maxEcho)},
+			convo.Message{Role: convo.User, Content: correction(re)},
+		)
+	}
+}
+
+// maxEcho bounds how much of an invalid reply is shown back to the model.
+const maxEcho = 2000
+
+// decodeSafely is Decode with a guarantee: no model output can crash a turn.
+func decodeSafely(u *schema.Union, reply string) (d schema.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoder panic on model output: %v", p)
+		}
+	}()
+	return u.Decode(reply)
+}
+
+// available splits the tools into those the model may use in this step and
+// those it may not, with why.
+func (t *turn) available() ([]schema.Tool, []Tool) {
+	if t.Tools == nil {
+		return nil, nil
+	}
+	all := t.Tools.Tools()
+	usable := make([]schema.Tool, 0, len(all))
+	var disabled []Tool
+	for _, tl := range all {
+		if tl.Disabled == "" && t.strikes[tl.Name] >= t.Config.MaxToolFailures {
+			tl.Disabled = fmt.Sprintf("failed %d times in this turn", t.strikes[tl.Name])
+		}
+		if tl.Disabled != "" {
+			disabled = append(disabled, tl)
+			continue
+		}
+		usable = append(usable, tl.Tool)
+	}
+	return usable, disabled
+}
+
+// call runs a tool under the turn's deadline and turns a panic into an error.
+func (t *turn) call(ctx context.Context, name string, args json.RawMessage) (out string, err error) {
+	if t.Tools == nil {
+		return "", fmt.Errorf("no tool named %s", name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.Config.ToolTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool %s crashed: %v", name, p)
+		}
+	}()
+	out, err = t.Tools.Call(cctx, name, args)
+	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		return "", fmt.Errorf("tool %s did not finish within %s", name, t.Config.ToolTimeout)
+	}
+	return out, err
+}
+
+func (t *turn) emit(e Event) {
+	if t.obs == nil {
+		return
+	}
+	e.TraceID = t.res.TraceID
+	t.obs(e)
+}
+
+func (t *turn) logStep(ctx context.Context, st Step, modelTime, toolTime time.Duration) {
+	t.log.LogAttrs(ctx, slog.LevelInfo, "step",
+		slog.Int("step", st.Number),
+		slog.String("action", st.Action),
+		slog.Int("validation_errors", st.Retries),
+		slog.Duration("model", modelTime),
+		slog.Duration("tool", toolTime),
+		slog.Duration("total", st.Duration),
+		slog.Bool("tool_error", st.Error != ""),
+	)
+}
+
+// Catalog lists every known tool, with why each disabled one is disabled.
+func (r *Runner) Catalog() []Tool {
+	if r.Tools == nil {
+		return []Tool{}
+	}
+	return r.Tools.Tools()
+}
+
+// Union returns the reply schema a turn starting now would use.
+func (r *Runner) Union() (*schema.Union, error) {
+	var tools []schema.Tool
+	for _, t := range r.Catalog() {
+		if t.Disabled == "" {
+			tools = append(tools, t.Tool)
+		}
+	}
+	return r.unions.Union(tools)
+}

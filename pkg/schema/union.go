@@ -1,0 +1,264 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Union is the compiled reply schema for one set of tools. It is immutable and
+// safe for concurrent use.
+type Union struct {
+	tools   []Tool // sorted by name; FinalResponse is not among them
+	names   []string
+	args    map[string]*jsonschema.Schema
+	full    []byte // the union with every keyword, as plugins wrote them
+	format  []byte // the copy for Ollama's grammar converter
+	docs    string // the tool list for the system prompt
+	listing string // "a, b, final_response": for error messages
+}
+
+// NewUnion builds and compiles the union of FinalResponse and tools. A tool
+// with a bad name or schema is an error naming the tool.
+func NewUnion(tools []Tool) (*Union, error) {
+	tools = slices.Clone(tools)
+	slices.SortFunc(tools, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
+	u := &Union{tools: tools, args: make(map[string]*jsonschema.Schema, len(tools)+1)}
+
+	all := append(slices.Clone(tools), Tool{
+		Name:        FinalAction,
+		Description: "Answer the user and end the turn. Use it when you have what you need, or when no tool can help.",
+		Schema:      finalSchema,
+	})
+	full := &node{isObj: true}
+	format := &node{isObj: true}
+	var fullBranches, formatBranches []*node
+	for i, t := range all {
+		if i > 0 && all[i-1].Name == t.Name {
+			return nil, fmt.Errorf("tool %q: declared twice", t.Name)
+		}
+		if t.Name != FinalAction {
+			if err := CheckName(t.Name); err != nil {
+				return nil, err
+			}
+		}
+		args, err := argsNode(t)
+		if err != nil {
+			return nil, err
+		}
+		compiled, err := compileArgs(t)
+		if err != nil {
+			return nil, err
+		}
+		u.args[t.Name] = compiled
+		u.names = append(u.names, t.Name)
+
+		rebase(args, fmt.Sprintf("#/oneOf/%d/properties/args", i))
+		fullBranches = append(fullBranches, branch(t, args))
+		ollama, _ := parseNode(args.bytes()) // a deep copy; it parsed once already
+		forOllama(ollama)
+		formatBranches = append(formatBranches, branch(t, ollama))
+	}
+	full.obj = []member{{"oneOf", &node{isArr: true, arr: fullBranches}}}
+	format.obj = []member{{"oneOf", &node{isArr: true, arr: formatBranches}}}
+	u.full = full.bytes()
+	u.format = format.bytes()
+	u.docs = renderDocs(all)
+	u.listing = strings.Join(u.names, ", ")
+	return u, nil
+}
+
+// CheckTool reports whether t could join a union: its name and schema.
+func CheckTool(t Tool) error {
+	if err := CheckName(t.Name); err != nil {
+		return err
+	}
+	if _, err := argsNode(t); err != nil {
+		return err
+	}
+	_, err := compileArgs(t)
+	return err
+}
+
+// Tools returns the union's tools, sorted by name, without FinalResponse.
+func (u *Union) Tools() []Tool { return u.tools }
+
+// Actions returns every valid action, final_response last.
+func (u *Union) Actions() []string { return u.names }
+
+// Schema returns the full union, every keyword included. Replies are held to
+// it (branch by branch, see Decode).
+func (u *Union) Schema() json.RawMessage { return u.full }
+
+// Format returns the union as sent to Ollama in `format`: the same branches
+// with what its grammar converter rejects removed (see forOllama).
+func (u *Union) Format() json.RawMessage { return u.format }
+
+// Docs returns the tool list for the system prompt: each action, what it does,
+// and its arguments.
+func (u *Union) Docs() string { return u.docs }
+
+func branch(t Tool, args *node) *node {
+	props := &node{isObj: true, obj: []member{
+		{"thought", obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(`1000`)}, member{"description", str("Why this step: one or two sentences.")})},
+		{"action", obj(member{"const", str(t.Name)})},
+		{"args", args},
+	}}
+	b := obj(member{"type", lit(`"object"`)})
+	if t.Description != "" {
+		b.obj = append(b.obj, member{"description", str(t.Description)})
+	}
+	b.obj = append(b.obj,
+		member{"properties", props},
+		member{"required", &node{isArr: true, arr: []*node{str("thought"), str("action"), str("args")}}},
+		member{"additionalProperties", lit(`false`)},
+	)
+	return b
+}
+
+func obj(m ...member) *node       { return &node{isObj: true, obj: m} }
+func lit(s string) *node          { return &node{lit: json.RawMessage(s)} }
+func str(s string) *node          { b, _ := json.Marshal(s); return &node{lit: b} }
+func quoteAll(s []string) string { return `"` + strings.Join(s, `", "`) + `"` }
+
+// argsNode parses a tool's argument schema and checks it describes an object.
+func argsNode(t Tool) (*node, error) {
+	n, err := parseNode(t.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: schema is not valid JSON: %w", t.Name, err)
+	}
+	if typ, _ := n.get("type").str(); !n.isObj || typ != "object" {
+		return nil, fmt.Errorf(`tool %q: schema must be an object schema ("type": "object")`, t.Name)
+	}
+	// A root-level $schema or $id means nothing once nested in the union.
+	n.del("$schema")
+	n.del("$id")
+	return n, nil
+}
+
+// refuseLoader refuses every URL: plugin schemas are untrusted input, and the
+// library would otherwise read file:// references from disk.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("loading %s: external references are not allowed", url)
+}
+
+func compileArgs(t Tool) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Schema))
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: schema is not valid JSON: %w", t.Name, err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(refuseLoader{})
+	url := "https://mmcpd.invalid/tools/" + t.Name + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: schema does not compile: %w", t.Name, err)
+	}
+	return s, nil
+}
+
+// rebase points local references ("#/...") of a tool schema at the place the
+// schema now has inside the union.
+func rebase(n *node, prefix string) {
+	for i := range n.obj {
+		if n.obj[i].key == "$ref" {
+			if s, ok := n.obj[i].val.str(); ok && strings.HasPrefix(s, "#") {
+				n.obj[i].val = str(prefix + s[1:])
+			}
+			continue
+		}
+		rebase(n.obj[i].val, prefix)
+	}
+	for _, v := range n.arr {
+		rebase(v, prefix)
+	}
+}
+
+// forOllama rewrites a schema into what Ollama's grammar converter accepts
+// (dependencies.md): boolean schemas become {}, and a pattern that is not
+// anchored with ^...$ or uses lookaround is dropped. The grammar gets looser;
+// validation still holds replies to the full schema.
+func forOllama(n *node) {
+	if !n.isObj {
+		return
+	}
+	if p, ok := n.get("pattern").str(); ok {
+		if !strings.HasPrefix(p, "^") || !strings.HasSuffix(p, "$") || strings.Contains(p, "(?") {
+			n.del("pattern")
+		}
+	}
+	n.eachSubschema(func(slot **node) {
+		if _, ok := (*slot).boolean(); ok {
+			*slot = &node{isObj: true}
+			return
+		}
+		forOllama(*slot)
+	})
+}
+
+// Cache keeps compiled unions by tool set, so a union is built once per set
+// however many steps ask for it. Safe for concurrent use.
+type Cache struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	entries map[uint64]cached
+}
+
+type cached struct {
+	tools []Tool
+	u     *Union
+	err   error
+}
+
+// maxCached bounds the cache; sets change only when plugins come and go.
+const maxCached = 64
+
+// Union returns the compiled union for tools, building it on first use.
+func (c *Cache) Union(tools []Tool) (*Union, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.seed = maphash.MakeSeed()
+		c.entries = make(map[uint64]cached)
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	for _, t := range tools {
+		h.WriteString(t.Name)
+		h.WriteByte(0)
+		h.WriteString(t.Description)
+		h.WriteByte(0)
+		h.Write(t.Schema)
+		h.WriteByte(0)
+	}
+	key := h.Sum64()
+	if e, ok := c.entries[key]; ok && sameTools(e.tools, tools) {
+		return e.u, e.err
+	}
+	u, err := NewUnion(tools)
+	if len(c.entries) >= maxCached {
+		clear(c.entries)
+	}
+	c.entries[key] = cached{tools: slices.Clone(tools), u: u, err: err}
+	return u, err
+}
+
+func sameTools(a, b []Tool) bool {
+	return slices.EqualFunc(a, b, func(x, y Tool) bool {
+		return x.Name == y.Name && x.Description == y.Description && bytes.Equal(x.Schema, y.Schema)
+	})
+}
+

@@ -1,0 +1,302 @@
+// Package server owns the HTTP API: routes, request validation, the error
+// envelope, trace ids, and the sessions turns run in.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/llm"
+	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/trace"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 1 << 20
+
+// Turns runs chat turns.
+type Turns interface {
+	Run(ctx context.Context, conv *convo.Conversation, message string, obs loop.Observer) (*loop.Result, error)
+}
+
+// Catalog tells what the model can use now.
+type Catalog interface {
+	Catalog() []loop.Tool
+	Union() (*schema.Union, error)
+}
+
+// Checker reports whether the model is ready to serve.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+// Server is the HTTP API.
+type Server struct {
+	Turns    Turns
+	Catalog  Catalog
+	Model    Checker
+	Sessions Sessions
+	// Token, when set, is required as a bearer token on every route but
+	// /healthz.
+	Token string
+	Log   *slog.Logger
+}
+
+// Step is one step of a turn as the API shows it.
+type Step = loop.Step
+
+// Handler returns the API's routes, each response carrying X-Trace-Id.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat", s.chat)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /v1/tools", s.tools)
+	mux.HandleFunc("GET /v1/schema", s.schema)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path, false)
+	})
+	return s.traced(s.authorized(mux))
+}
+
+// authorized refuses requests without the bearer token, when one is set.
+// /healthz stays open so that supervisors need no secret.
+func (s *Server) authorized(next http.Handler) http.Handler {
+	if s.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mmcpd"`)
+			s.fail(w, r, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (MMCP_API_TOKEN)", false)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+// traced gives every request a trace id, in its context and its response
+// headers, and logs one line when it is done.
+func (s *Server) traced(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := trace.New()
+		ctx := trace.With(r.Context(), id)
+		w.Header().Set("X-Trace-Id", id)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		next.ServeHTTP(rec, r.WithContext(ctx))
+		s.log().LogAttrs(ctx, slog.LevelInfo, "http",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status),
+			slog.Duration("duration", time.Since(start)),
+		)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// ChatRequest is the body of POST /v1/chat.
+type ChatRequest struct {
+	Message   string `json:"message"`
+	SessionID string `json:"session_id,omitempty"`
+}
+
+// ChatResponse is the answer of POST /v1/chat.
+type ChatResponse struct {
+	SessionID string    `json:"session_id"`
+	TraceID   string    `json:"trace_id"`
+	Answer    string    `json:"answer"`
+	Forced    bool      `json:"forced,omitempty"`
+	Steps     []Step    `json:"steps"`
+	Usage     llm.Usage `json:"usage"`
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req ChatRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Message) == "" {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "message must not be empty", false)
+		return
+	}
+	ctx := r.Context()
+	sess, err := s.Sessions.Begin(ctx, req.SessionID)
+	switch {
+	case errors.Is(err, ErrSessionNotFound):
+		s.fail(w, r, http.StatusNotFound, "session_not_found", fmt.Sprintf("no session %q; omit session_id to start a new one", req.SessionID), false)
+		return
+	case errors.Is(err, ErrSessionBusy):
+		s.fail(w, r, http.StatusConflict, "session_busy", "a turn is already running in this session; retry when it ends", true)
+		return
+	case err != nil:
+		s.internal(w, r, fmt.Errorf("opening session: %w", err))
+		return
+	}
+	res, runErr := s.Turns.Run(ctx, &sess.Conv, req.Message, nil)
+	// The session keeps what happened even when the turn failed: tools may
+	// have acted, and the model should know on the next turn.
+	if err := s.Sessions.End(context.WithoutCancel(ctx), sess); err != nil {
+		s.log().ErrorContext(ctx, "saving session", "session_id", sess.ID, "err", err)
+	}
+	if runErr != nil {
+		s.turnFailed(w, r, runErr)
+		return
+	}
+	s.reply(w, http.StatusOK, ChatResponse{
+		SessionID: sess.ID,
+		TraceID:   res.TraceID,
+		Answer:    res.Answer,
+		Forced:    res.Forced,
+		Steps:     res.Steps,
+		Usage:     res.Usage,
+	})
+}
+
+// turnFailed maps a turn's error to a status and a code a client can act on.
+func (s *Server) turnFailed(w http.ResponseWriter, r *http.Request, err error) {
+	var invalid *loop.InvalidReplyError
+	switch {
+	case errors.Is(err, llm.ErrModelMissing):
+		s.fail(w, r, http.StatusServiceUnavailable, "model_missing", err.Error(), false)
+	case errors.Is(err, llm.ErrUnavailable):
+		s.fail(w, r, http.StatusServiceUnavailable, "model_unavailable", err.Error(), true)
+	case errors.As(err, &invalid):
+		s.fail(w, r, http.StatusBadGateway, "invalid_model_reply", err.Error(), false)
+	case errors.Is(err, llm.ErrBadResponse):
+		s.fail(w, r, http.StatusBadGateway, "model_error", err.Error(), true)
+	case errors.Is(err, context.DeadlineExceeded):
+		s.fail(w, r, http.StatusGatewayTimeout, "timeout", err.Error(), true)
+	case r.Context().Err() != nil:
+		// The client left; nobody reads this, but the log should say so.
+		s.log().InfoContext(r.Context(), "turn cancelled by client", "err", err)
+	default:
+		s.internal(w, r, err)
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.reply(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.Model.Check(ctx); err != nil {
+		code := "model_unavailable"
+		if errors.Is(err, llm.ErrModelMissing) {
+			code = "model_missing"
+		}
+		s.fail(w, r, http.StatusServiceUnavailable, code, err.Error(), true)
+		return
+	}
+	s.reply(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) tools(w http.ResponseWriter, r *http.Request) {
+	s.reply(w, http.StatusOK, map[string]any{"tools": s.Catalog.Catalog()})
+}
+
+func (s *Server) schema(w http.ResponseWriter, r *http.Request) {
+	u, err := s.Catalog.Union()
+	if err != nil {
+		s.internal(w, r, fmt.Errorf("building the union: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/schema+json")
+	_, _ = w.Write(u.Format())
+}
+
+// decode reads a JSON body into v, answering the client itself when it
+// cannot: 413 past MaxBodyBytes, 400 for invalid UTF-8, invalid JSON and
+// unknown fields.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		s.fail(w, r, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body is over %d bytes", MaxBodyBytes), false)
+		return false
+	case err != nil:
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "reading request body: "+err.Error(), false)
+		return false
+	case !utf8.Valid(body):
+		// encoding/json would quietly turn bad bytes into U+FFFD.
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "request body is not valid UTF-8", false)
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "request body is not valid JSON for this route: "+err.Error(), false)
+		return false
+	}
+	if dec.More() {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "request body holds more than one JSON value", false)
+		return false
+	}
+	return true
+}
+
+// ErrorBody is every error response.
+type ErrorBody struct {
+	Error   ErrorDetail `json:"error"`
+	TraceID string      `json:"trace_id"`
+}
+
+// ErrorDetail says what went wrong and whether trying again may help.
+type ErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, msg string, retryable bool) {
+	s.reply(w, status, ErrorBody{
+		Error:   ErrorDetail{Code: code, Message: msg, Retryable: retryable},
+		TraceID: trace.ID(r.Context()),
+	})
+}
+
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log().ErrorContext(r.Context(), "internal error", "err", err)
+	s.fail(w, r, http.StatusInternalServerError, "internal", "internal error; the log has details under this trace id", true)
+}
+
+func (s *Server) reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the client may be gone; nothing to do about it
+}
