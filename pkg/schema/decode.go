@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -15,6 +16,9 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
+
+// maxThought bounds the thought, in characters, as the union's maxLength says.
+const maxThought = 1000
 
 // MaxReplyBytes bounds a reply Decode will look at. A model that produces more
 // is rambling, and scanning it costs time for nothing.
@@ -73,27 +77,30 @@ func (u *Union) Decode(reply string) (Decision, error) {
 		}
 	}
 	var d Decision
-	if t, ok := env["thought"]; !ok {
+	var ok bool
+	if t, found := env["thought"]; !found {
 		add("thought: missing required field")
-	} else if err := json.Unmarshal(t, &d.Thought); err != nil {
+	} else if d.Thought, ok = jsonString(t); !ok {
 		add("thought: expected string, got %s", describe(t))
+	} else if n := utf8.RuneCountInString(d.Thought); n > maxThought {
+		add("thought: too long (%d characters, at most %d); one or two sentences", n, maxThought)
 	}
 	var argSchema *jsonschema.Schema
-	if a, ok := env["action"]; !ok {
+	if a, found := env["action"]; !found {
 		add("action: missing required field; one of: %s", u.listing)
-	} else if err := json.Unmarshal(a, &d.Action); err != nil {
+	} else if d.Action, ok = jsonString(a); !ok {
 		add("action: expected string, got %s; one of: %s", describe(a), u.listing)
 	} else if argSchema = u.args[d.Action]; argSchema == nil {
 		add("action: unknown action %q; valid actions: %s", clip(d.Action, 80), u.listing)
 	}
-	args, ok := env["args"]
+	args, found := env["args"]
 	switch {
-	case !ok:
+	case !found:
 		add("args: missing required field")
 	case args[0] != '{':
 		hint := ""
 		var s string
-		if json.Unmarshal(args, &s) == nil && json.Valid([]byte(s)) {
+		if json.Unmarshal(args, &s) == nil && strings.HasPrefix(strings.TrimSpace(s), "{") && json.Valid([]byte(s)) {
 			hint = "; put the object itself there, not a string containing it"
 		}
 		add("args: expected object, got %s%s", describe(args), hint)
@@ -114,6 +121,15 @@ func (u *Union) Decode(reply string) (Decision, error) {
 		return Decision{}, &ReplyError{Problems: probs}
 	}
 	return d, nil
+}
+
+// jsonString decodes raw if it is a JSON string; null is not one.
+func jsonString(raw json.RawMessage) (string, bool) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // extract finds the one JSON object in a reply.
@@ -139,6 +155,7 @@ func extract(reply string) ([]byte, *ReplyError) {
 	spans, open := objectSpans(s)
 	var objs [][]byte
 	var firstErr error
+	inArray := false
 	for _, sp := range spans {
 		b := []byte(s[sp[0]:sp[1]])
 		if err := json.Unmarshal(b, new(any)); err != nil {
@@ -148,14 +165,20 @@ func extract(reply string) ([]byte, *ReplyError) {
 			continue
 		}
 		objs = append(objs, b)
+		// As above: an object that opens an array (in a fence, after a
+		// sentence) is an array's element, not the reply.
+		inArray = inArray || strings.HasSuffix(strings.TrimRightFunc(s[:sp[0]], unicode.IsSpace), "[")
 	}
 	switch {
+	case len(objs) == 1 && open < 0 && inArray:
+		return nil, problem("reply: expected a JSON object, got array")
 	case len(objs) == 1 && open < 0:
 		return objs[0], nil
 	case len(objs) > 1:
 		return nil, problem("reply: holds %d JSON objects; send exactly one", len(objs))
 	case open >= 0:
-		return nil, problem("reply: the JSON object starting at byte %d is incomplete (cut off?); send the whole object", open)
+		lead := len(reply) - len(strings.TrimLeftFunc(reply, unicode.IsSpace)) // offsets are the reply's
+		return nil, problem("reply: the JSON object starting at byte %d is incomplete (cut off?); send the whole object", lead+open)
 	case firstErr != nil:
 		return nil, problem("reply: invalid JSON: %v", firstErr)
 	case len(objs) == 1:
@@ -240,6 +263,10 @@ func explain(err error, inst any) []string {
 			out = append(out, fmt.Sprintf("%s: expected one of %s, got %s", at, strings.Join(want, ", "), compact(val)))
 		case *kind.Pattern:
 			out = append(out, fmt.Sprintf("%s: must match the pattern %s, got %s", at, k.Want, compact(val)))
+		case *kind.MinLength:
+			out = append(out, fmt.Sprintf("%s: must have at least %d %s, got %s", at, k.Want, plural(k.Want, "character"), compact(val)))
+		case *kind.MaxLength:
+			out = append(out, fmt.Sprintf("%s: must have at most %d %s, got %d", at, k.Want, plural(k.Want, "character"), k.Got))
 		case *kind.Const:
 			out = append(out, fmt.Sprintf("%s: must be %s, got %s", at, compact(k.Want), compact(val)))
 		default:
@@ -248,6 +275,13 @@ func explain(err error, inst any) []string {
 	}
 	walk(ve)
 	return out
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // locate renders an instance location inside args as args.a.b[0].

@@ -13,9 +13,9 @@ import (
 // the envelope's order (thought, action, args) is what makes a constrained
 // model reason before it commits to an action.
 type node struct {
-	obj []member        // set for objects (possibly empty, see isObj)
-	arr []*node         // set for arrays (possibly empty, see isArr)
-	lit json.RawMessage // strings, numbers, booleans, null
+	obj          []member        // set for objects (possibly empty, see isObj)
+	arr          []*node         // set for arrays (possibly empty, see isArr)
+	lit          json.RawMessage // strings, numbers, booleans, null
 	isObj, isArr bool
 }
 

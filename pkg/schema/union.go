@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -43,7 +44,7 @@ func NewUnion(tools []Tool) (*Union, error) {
 		if i > 0 && all[i-1].Name == t.Name {
 			return nil, fmt.Errorf("tool %q: declared twice", t.Name)
 		}
-		if t.Name != FinalAction {
+		if i < len(tools) { // a caller's tool, even one named final_response
 			if err := CheckName(t.Name); err != nil {
 				return nil, err
 			}
@@ -106,7 +107,7 @@ func (u *Union) Docs() string { return u.docs }
 
 func branch(t Tool, args *node) *node {
 	props := &node{isObj: true, obj: []member{
-		{"thought", obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(`1000`)}, member{"description", str("Why this step: one or two sentences.")})},
+		{"thought", obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(strconv.Itoa(maxThought))}, member{"description", str("Why this step: one or two sentences.")})},
 		{"action", obj(member{"const", str(t.Name)})},
 		{"args", args},
 	}}
@@ -122,9 +123,9 @@ func branch(t Tool, args *node) *node {
 	return b
 }
 
-func obj(m ...member) *node       { return &node{isObj: true, obj: m} }
-func lit(s string) *node          { return &node{lit: json.RawMessage(s)} }
-func str(s string) *node          { b, _ := json.Marshal(s); return &node{lit: b} }
+func obj(m ...member) *node      { return &node{isObj: true, obj: m} }
+func lit(s string) *node         { return &node{lit: json.RawMessage(s)} }
+func str(s string) *node         { b, _ := json.Marshal(s); return &node{lit: b} }
 func quoteAll(s []string) string { return `"` + strings.Join(s, `", "`) + `"` }
 
 // argsNode parses a tool's argument schema and checks it describes an object.
@@ -170,12 +171,13 @@ func compileArgs(t Tool) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// rebase points local references ("#/...") of a tool schema at the place the
-// schema now has inside the union.
+// rebase points local references ("#" and "#/...") of a tool schema at the
+// place the schema now has inside the union. Anchor references ("#name") are
+// left alone: an anchor names a subschema wherever it is.
 func rebase(n *node, prefix string) {
 	for i := range n.obj {
 		if n.obj[i].key == "$ref" {
-			if s, ok := n.obj[i].val.str(); ok && strings.HasPrefix(s, "#") {
+			if s, ok := n.obj[i].val.str(); ok && (s == "#" || strings.HasPrefix(s, "#/")) {
 				n.obj[i].val = str(prefix + s[1:])
 			}
 			continue
@@ -207,6 +209,11 @@ func forOllama(n *node) {
 		}
 		forOllama(*slot)
 	})
+	// additionalProperties: false must stay false (it closes the object), but
+	// an object schema there is converted like any other subschema.
+	if ap := n.get("additionalProperties"); ap != nil && ap.isObj {
+		forOllama(ap)
+	}
 }
 
 // Cache keeps compiled unions by tool set, so a union is built once per set
@@ -261,4 +268,3 @@ func sameTools(a, b []Tool) bool {
 		return x.Name == y.Name && x.Description == y.Description && bytes.Equal(x.Schema, y.Schema)
 	})
 }
-

@@ -65,10 +65,29 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("GET /v1/schema", s.schema)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path, false)
+	return s.traced(s.authorized(s.unrouted(mux)))
+}
+
+// unrouted answers requests no route takes (404, or 405 for a known path with
+// another method) in the error envelope instead of the mux's plain text.
+func (s *Server) unrouted(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		probe := &probeWriter{header: http.Header{}, Code: http.StatusNotFound}
+		h.ServeHTTP(probe, r)
+		if allow := probe.Header().Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		code := "not_found"
+		if probe.Code == http.StatusMethodNotAllowed {
+			code = "method_not_allowed"
+		}
+		s.fail(w, r, probe.Code, code, "no route for "+r.Method+" "+r.URL.Path, false)
 	})
-	return s.traced(s.authorized(mux))
 }
 
 // authorized refuses requests without the bearer token, when one is set.
@@ -114,6 +133,16 @@ func (s *Server) traced(next http.Handler) http.Handler {
 		)
 	})
 }
+
+// probeWriter keeps the status and headers a handler writes, and drops the body.
+type probeWriter struct {
+	header http.Header
+	Code   int
+}
+
+func (p *probeWriter) Header() http.Header         { return p.header }
+func (p *probeWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (p *probeWriter) WriteHeader(code int)        { p.Code = code }
 
 type statusRecorder struct {
 	http.ResponseWriter
