@@ -166,7 +166,8 @@ func serve(stderr io.Writer) error {
 	if err := d.model.Check(checkCtx); err != nil {
 		// Not fatal: Ollama may start after us. /readyz and every chat say
 		// the same until it is there.
-		log.Warn("the model is not ready; chats will fail until it is", "problem", err.Error())
+		log.Warn("the model is not ready; chats will fail until it is", "problem", err.Error(),
+			"fix", fmt.Sprintf("install Ollama, start it (ollama serve), run: ollama pull %s; MMCP_OLLAMA_HOST tells mmcpd where it is", cfg.OllamaModel))
 	} else {
 		log.Info("model ready", "model", cfg.OllamaModel, "ollama", cfg.OllamaHost)
 	}

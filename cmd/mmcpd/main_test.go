@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
+)
+
+// The tests run the real binary, as a user would.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mmcpd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "mmcpd")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building mmcpd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const canary = "canary-token-5f0c2a9e"
+
+// command runs mmcpd with only the given environment (and PATH/HOME).
+func command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
+	return cmd
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	out, err := command(nil, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "mmcpd ") {
+		t.Errorf("version: %q, %v", out, err)
+	}
+	out, err = command(nil, "nonsense").CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `unknown command "nonsense"`) {
+		t.Errorf("unknown command: exit %d, %s", code, out)
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestConfigMasksSecrets(t *testing.T) {
+	out, err := command([]string{"MMCP_API_TOKEN=" + canary, "MMCP_LOOP_MAX_STEPS=7"}, "config").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s := string(out)
+	if strings.Contains(s, canary) {
+		t.Fatal("config printed the token")
+	}
+	for _, want := range []string{"MMCP_API_TOKEN=**********", "MMCP_LOOP_MAX_STEPS=7", "MMCP_LISTEN_ADDR", "127.0.0.1:8787", "MMCP_TOOL_TIMEOUT"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("config output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestInvalidConfigStopsTheDaemon(t *testing.T) {
+	for _, env := range []string{"MMCP_LOOP_MAX_STEPS=0", "MMCP_LLM_TIMEOUT=soon", "MMCP_LOG_FORMAT=xml"} {
+		out, err := command([]string{env}).CombinedOutput()
+		name := strings.SplitN(env, "=", 2)[0]
+		if code := exitCode(err); code != 2 || !strings.Contains(string(out), name) || strings.Contains(string(out), "goroutine") {
+			t.Errorf("%s: exit %d, output:\n%s", env, code, out)
+		}
+	}
+}
+
+func TestSchemaCommand(t *testing.T) {
+	out, err := command(nil, "schema").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil || !strings.Contains(string(out), `"const": "final_response"`) {
+		t.Errorf("schema output: %v\n%s", err, out)
+	}
+}
+
+// syncBuffer collects a child's output while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startDaemon starts the daemon and waits until it answers /healthz.
+func startDaemon(t *testing.T, env []string) (addr string, logs *syncBuffer, cmd *exec.Cmd) {
+	t.Helper()
+	addr = freeAddr(t)
+	logs = &syncBuffer{}
+	cmd = command(append(env, "MMCP_LISTEN_ADDR="+addr, "MMCP_LOG_FORMAT=json"), "serve")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return addr, logs, cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not come up:\n%s", logs)
+		}
+	}
+}
+
+func TestServeChatAndStop(t *testing.T) {
+	fake := ollamatest.New(t, ollamatest.Reply{Content: `{"thought":"easy","action":"final_response","args":{"answer":"Hello from mmcpd"}}`})
+	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary}
+	addr, logs, daemon := startDaemon(t, env)
+
+	out, err := command(append(env, "MMCP_LISTEN_ADDR="+addr), "chat", "--steps", "hello?").CombinedOutput()
+	if err != nil {
+		t.Fatalf("chat: %v\n%s\nlogs:\n%s", err, out, logs)
+	}
+	if !strings.Contains(string(out), "Hello from mmcpd") || !strings.Contains(string(out), "step 1: final_response") {
+		t.Errorf("chat output:\n%s", out)
+	}
+	// Without the token, the daemon refuses, and chat says so.
+	out, err = command([]string{"MMCP_LISTEN_ADDR=" + addr}, "chat", "hello?").CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "unauthorized") {
+		t.Errorf("chat without token: %v\n%s", err, out)
+	}
+
+	if err := daemon.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.Wait(); err != nil {
+		t.Errorf("daemon exit after SIGTERM: %v\n%s", err, logs)
+	}
+	l := logs.String()
+	if !strings.Contains(l, `"msg":"stopped"`) || !strings.Contains(l, `"msg":"step"`) {
+		t.Errorf("logs lack the step or the clean stop:\n%s", l)
+	}
+	if strings.Contains(l, canary) {
+		t.Error("the token reached the log")
+	}
+}
+
+func TestServeWithoutOllama(t *testing.T) {
+	down := freeAddr(t) // nothing listens there
+	addr, logs, _ := startDaemon(t, []string{"MMCP_OLLAMA_HOST=http://" + down})
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("readyz = %d", resp.StatusCode)
+	}
+	l := logs.String()
+	if !strings.Contains(l, "cannot reach Ollama at http://"+down) || !strings.Contains(l, "ollama serve") || strings.Contains(l, "goroutine") {
+		t.Errorf("start-up log does not explain:\n%s", l)
+	}
+	out, _ := command([]string{"MMCP_LISTEN_ADDR=" + addr}, "chat", "hi").CombinedOutput()
+	if !strings.Contains(string(out), "cannot reach Ollama") || !strings.Contains(string(out), "model_unavailable") {
+		t.Errorf("chat output:\n%s", out)
+	}
+}
