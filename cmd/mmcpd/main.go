@@ -17,9 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mmcpd/mmcpd/pkg/breaker"
 	"github.com/mmcpd/mmcpd/pkg/config"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
@@ -114,6 +116,7 @@ type daemon struct {
 	cfg    config.Config
 	model  *llm.Client
 	runner *loop.Runner
+	host   *plugins.Host
 }
 
 func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
@@ -141,7 +144,29 @@ func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
 		},
 		Log: log,
 	}
-	return &daemon{cfg: cfg, model: model, runner: runner}, nil
+	host, err := plugins.New(plugins.Options{
+		Dir: cfg.PluginsDir,
+		// Plugins may show the daemon's version; it is the one variable they
+		// get that is not their own.
+		Environ:      append(os.Environ(), "MMCP_DAEMON_VERSION="+buildVersion()),
+		StartTimeout: cfg.PluginsStartTimeout,
+		KillGrace:    cfg.PluginsKillGrace,
+		Breakers:     breaker.New(breaker.Settings{Failures: uint32(cfg.BreakerFailures), Cooldown: cfg.BreakerCooldown}, plugins.IsToolError, log),
+		Context: plugins.ContextOptions{
+			PerProvider:  cfg.ContextProviderTimeout,
+			Overall:      cfg.ContextTimeout,
+			MaxChars:     plugins.DefaultContextOptions.MaxChars,
+			FailureLimit: plugins.DefaultContextOptions.FailureLimit,
+			SkipFor:      plugins.DefaultContextOptions.SkipFor,
+		},
+		Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	runner.Tools = host
+	runner.Context = host
+	return &daemon{cfg: cfg, model: model, runner: runner, host: host}, nil
 }
 
 func serve(stderr io.Writer) error {
@@ -161,6 +186,10 @@ func serve(stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Plugins start while the daemon already answers: /readyz says which are
+	// still starting.
+	go d.host.Start(ctx)
+	defer d.host.Close()
 
 	checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := d.model.Check(checkCtx); err != nil {
@@ -178,6 +207,7 @@ func serve(stderr io.Writer) error {
 		Catalog:  d.runner,
 		Model:    d.model,
 		Sessions: server.NewMemory(),
+		Plugins:  d.host,
 		Token:    cfg.APIToken.Reveal(),
 		Log:      log,
 	}
@@ -238,6 +268,8 @@ func printSchema(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	d.host.Start(context.Background())
+	defer d.host.Close()
 	u, err := d.runner.Union()
 	if err != nil {
 		return err

@@ -30,30 +30,42 @@ var documented = []struct{ name, def string }{
 	{"MMCP_TOOL_MAX_OUTPUT_CHARS", "4000"},
 	{"MMCP_PLUGINS_DIR", "./plugins"},
 	{"MMCP_DATA_DIR", "./data"},
+	{"MMCP_PLUGINS_START_TIMEOUT", "10s"},
+	{"MMCP_PLUGINS_KILL_GRACE", "2s"},
+	{"MMCP_BREAKER_FAILURES", "5"},
+	{"MMCP_BREAKER_COOLDOWN", "30s"},
+	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "300ms"},
+	{"MMCP_CONTEXT_TIMEOUT", "800ms"},
 	{"MMCP_API_TOKEN", ""},
 	{"MMCP_LOG_LEVEL", "info"},
 	{"MMCP_LOG_FORMAT", "text"},
 }
 
 var defaults = Config{
-	ListenAddr:          "127.0.0.1:8787",
-	OllamaHost:          "http://127.0.0.1:11434",
-	OllamaModel:         "qwen2.5:7b-instruct",
-	OllamaNumCtx:        8192,
-	OllamaKeepAlive:     5 * time.Minute,
-	LLMTemperature:      0,
-	LLMTimeout:          120 * time.Second,
-	LLMMaxContextChars:  20000,
-	LLMMaxRetries:       2,
-	LLMRateLimitRetries: 3,
-	LoopMaxSteps:        5,
-	ToolTimeout:         30 * time.Second,
-	ToolMaxOutputChars:  4000,
-	PluginsDir:          "./plugins",
-	DataDir:             "./data",
-	APIToken:            "",
-	LogLevel:            "info",
-	LogFormat:           "text",
+	ListenAddr:             "127.0.0.1:8787",
+	OllamaHost:             "http://127.0.0.1:11434",
+	OllamaModel:            "qwen2.5:7b-instruct",
+	OllamaNumCtx:           8192,
+	OllamaKeepAlive:        5 * time.Minute,
+	LLMTemperature:         0,
+	LLMTimeout:             120 * time.Second,
+	LLMMaxContextChars:     20000,
+	LLMMaxRetries:          2,
+	LLMRateLimitRetries:    3,
+	LoopMaxSteps:           5,
+	ToolTimeout:            30 * time.Second,
+	ToolMaxOutputChars:     4000,
+	PluginsDir:             "./plugins",
+	DataDir:                "./data",
+	PluginsStartTimeout:    10 * time.Second,
+	PluginsKillGrace:       2 * time.Second,
+	BreakerFailures:        5,
+	BreakerCooldown:        30 * time.Second,
+	ContextProviderTimeout: 300 * time.Millisecond,
+	ContextTimeout:         800 * time.Millisecond,
+	APIToken:               "",
+	LogLevel:               "info",
+	LogFormat:              "text",
 }
 
 // cleanEnv unsets every variable Load may read, restoring them after the
@@ -125,6 +137,12 @@ var readCases = []struct {
 	{"MMCP_TOOL_MAX_OUTPUT_CHARS", "800", func(c *Config) { c.ToolMaxOutputChars = 800 }},
 	{"MMCP_PLUGINS_DIR", "/etc/mmcpd/plugins", func(c *Config) { c.PluginsDir = "/etc/mmcpd/plugins" }},
 	{"MMCP_DATA_DIR", "/var/lib/mmcpd", func(c *Config) { c.DataDir = "/var/lib/mmcpd" }},
+	{"MMCP_PLUGINS_START_TIMEOUT", "3s", func(c *Config) { c.PluginsStartTimeout = 3 * time.Second }},
+	{"MMCP_PLUGINS_KILL_GRACE", "1s", func(c *Config) { c.PluginsKillGrace = time.Second }},
+	{"MMCP_BREAKER_FAILURES", "3", func(c *Config) { c.BreakerFailures = 3 }},
+	{"MMCP_BREAKER_COOLDOWN", "1m", func(c *Config) { c.BreakerCooldown = time.Minute }},
+	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "100ms", func(c *Config) { c.ContextProviderTimeout = 100 * time.Millisecond }},
+	{"MMCP_CONTEXT_TIMEOUT", "1s", func(c *Config) { c.ContextTimeout = time.Second }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
 	{"MMCP_LOG_FORMAT", "JSON", func(c *Config) { c.LogFormat = "json" }},
@@ -306,6 +324,8 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_TOOL_MAX_OUTPUT_CHARS", "99"},
 		{"MMCP_PLUGINS_DIR", ""},
 		{"MMCP_DATA_DIR", ""},
+		{"MMCP_BREAKER_FAILURES", "0"},
+		{"MMCP_PLUGINS_KILL_GRACE", "0s"},
 		{"MMCP_LOG_LEVEL", "verbose"},
 		{"MMCP_LOG_LEVEL", ""},
 		{"MMCP_LOG_FORMAT", "xml"},
@@ -490,6 +510,12 @@ MMCP_TOOL_TIMEOUT=30s
 MMCP_TOOL_MAX_OUTPUT_CHARS=4000
 MMCP_PLUGINS_DIR=./plugins
 MMCP_DATA_DIR=./data
+MMCP_PLUGINS_START_TIMEOUT=10s
+MMCP_PLUGINS_KILL_GRACE=2s
+MMCP_BREAKER_FAILURES=5
+MMCP_BREAKER_COOLDOWN=30s
+MMCP_CONTEXT_PROVIDER_TIMEOUT=300ms
+MMCP_CONTEXT_TIMEOUT=800ms
 MMCP_API_TOKEN=**********
 MMCP_LOG_LEVEL=info
 MMCP_LOG_FORMAT=text

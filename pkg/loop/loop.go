@@ -31,6 +31,12 @@ type Tools interface {
 	Call(ctx context.Context, name string, args json.RawMessage) (string, error)
 }
 
+// ContextSource gives live state (the time, what is downloading) for the
+// system prompt, once per turn. It must return within its own deadlines.
+type ContextSource interface {
+	RuntimeContext(ctx context.Context) string
+}
+
 // Tool is a tool as the loop and the API list it.
 type Tool struct {
 	schema.Tool
@@ -62,10 +68,11 @@ var DefaultConfig = Config{
 // Runner runs turns. It is safe for concurrent use by turns of different
 // conversations; one conversation must run one turn at a time.
 type Runner struct {
-	Model  Model
-	Tools  Tools // nil means no tools
-	Config Config
-	Log    *slog.Logger // nil means slog.Default()
+	Model   Model
+	Tools   Tools         // nil means no tools
+	Context ContextSource // nil means no runtime context
+	Config  Config
+	Log     *slog.Logger // nil means slog.Default()
 
 	unions schema.Cache
 }
@@ -127,6 +134,9 @@ func (r *Runner) Run(ctx context.Context, conv *convo.Conversation, message stri
 	if t.log == nil {
 		t.log = slog.Default()
 	}
+	if r.Context != nil {
+		t.runtime = r.Context.RuntimeContext(ctx)
+	}
 	conv.Append(convo.Message{Role: convo.User, Content: message})
 
 	for step := 1; step <= r.Config.MaxSteps; step++ {
@@ -148,6 +158,7 @@ type turn struct {
 	log     *slog.Logger
 	res     *Result
 	strikes map[string]int // tool failures in this turn
+	runtime string         // live state from the context providers
 }
 
 func (t *turn) result(err error) (*Result, error) {
@@ -172,7 +183,7 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("step %d: building the reply schema: %w", n, err)
 	}
-	system := systemPrompt(u, disabled, final, t.Config.MaxSteps)
+	system := systemPrompt(u, disabled, t.runtime, final, t.Config.MaxSteps)
 
 	d, retries, modelTime, err := t.decide(ctx, n, u, system, final)
 	if err != nil {

@@ -23,9 +23,9 @@ const finalNudge = `You have used every step this turn allows. Reply now with th
 // systemPrompt assembles the system message of a step: who the model is, the
 // rules of the envelope, the actions it may take with their arguments, and the
 // tools it may not use, with why.
-func systemPrompt(u *schema.Union, disabled []Tool, final bool, maxSteps int) string {
+func systemPrompt(u *schema.Union, disabled []Tool, runtime string, final bool, maxSteps int) string {
 	var b strings.Builder
-	b.Grow(len(identity) + len(u.Docs()) + 512)
+	b.Grow(len(identity) + len(u.Docs()) + len(runtime) + 512)
 	b.WriteString(identity)
 	fmt.Fprintf(&b, "\n- At most %d tool steps per question.\n\nActions:\n", maxSteps)
 	b.WriteString(u.Docs())
@@ -38,6 +38,11 @@ func systemPrompt(u *schema.Union, disabled []Tool, final bool, maxSteps int) st
 			b.WriteString(t.Disabled)
 			b.WriteByte('\n')
 		}
+	}
+	if runtime != "" {
+		b.WriteString("\nRuntime context (live state when this question was asked):\n")
+		b.WriteString(runtime)
+		b.WriteByte('\n')
 	}
 	b.WriteString("\nExample of a final reply:\n")
 	b.WriteString(finalExample)

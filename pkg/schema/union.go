@@ -176,8 +176,10 @@ func compileArgs(t Tool) (*jsonschema.Schema, error) {
 // left alone: an anchor names a subschema wherever it is.
 func rebase(n *node, prefix string) {
 	for i := range n.obj {
-		if n.obj[i].key == "$ref" {
-			if s, ok := n.obj[i].val.str(); ok && (s == "#" || strings.HasPrefix(s, "#/")) {
+		if s, ok := n.obj[i].val.str(); ok {
+			// A string is a reference only under $ref; an object there is a
+			// property named "$ref" and is walked like any other.
+			if n.obj[i].key == "$ref" && (s == "#" || strings.HasPrefix(s, "#/")) {
 				n.obj[i].val = str(prefix + s[1:])
 			}
 			continue
@@ -190,9 +192,10 @@ func rebase(n *node, prefix string) {
 }
 
 // forOllama rewrites a schema into what Ollama's grammar converter accepts
-// (dependencies.md): boolean schemas become {}, and a pattern that is not
-// anchored with ^...$ or uses lookaround is dropped. The grammar gets looser;
-// validation still holds replies to the full schema.
+// (dependencies.md): boolean schemas become {}, a pattern that is not
+// anchored with ^...$ or uses lookaround is dropped, and so is a reference to
+// an anchor ("#name": the converter resolves only "#/..." pointers). The
+// grammar gets looser; validation still holds replies to the full schema.
 func forOllama(n *node) {
 	if !n.isObj {
 		return
@@ -201,6 +204,9 @@ func forOllama(n *node) {
 		if !strings.HasPrefix(p, "^") || !strings.HasSuffix(p, "$") || strings.Contains(p, "(?") {
 			n.del("pattern")
 		}
+	}
+	if r, ok := n.get("$ref").str(); ok && !strings.HasPrefix(r, "#/") {
+		n.del("$ref")
 	}
 	n.eachSubschema(func(slot **node) {
 		if _, ok := (*slot).boolean(); ok {

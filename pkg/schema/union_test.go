@@ -317,11 +317,17 @@ func TestLocalRefs(t *testing.T) {
 		"$defs":{"kind":{"$anchor":"kind","enum":["movie","tv"]}},
 		"properties":{"kind":{"$ref":"#kind"}},
 		"required":["kind"],"additionalProperties":false}`
-	u, err := NewUnion([]Tool{tool("movies", defsRef), tool("a_first", objSchema), tool("tree", rootRef), tool("typed", anchorRef)})
+	// A property may be named "$ref": its schema is walked, not taken as a
+	// reference.
+	refNamed := `{"type":"object",
+		"$defs":{"id":{"type":"integer"}},
+		"properties":{"$ref":{"type":"object","properties":{"id":{"$ref":"#/$defs/id"}},"additionalProperties":false}},
+		"additionalProperties":false}`
+	u, err := NewUnion([]Tool{tool("movies", defsRef), tool("a_first", objSchema), tool("tree", rootRef), tool("typed", anchorRef), tool("v_ref_named", refNamed)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := u.Actions(); !slices.Equal(got, []string{"a_first", "movies", "tree", "typed", FinalAction}) {
+	if got := u.Actions(); !slices.Equal(got, []string{"a_first", "movies", "tree", "typed", "v_ref_named", FinalAction}) {
 		t.Fatalf("Actions() = %v", got)
 	}
 	for _, which := range []struct {
@@ -333,11 +339,16 @@ func TestLocalRefs(t *testing.T) {
 			for _, want := range []string{
 				`"$ref":"#/oneOf/1/properties/args/$defs/year"`,
 				`"$ref":"#/oneOf/2/properties/args"`,
-				`"$ref":"#kind"`,
+				`"$ref":"#/oneOf/4/properties/args/$defs/id"`,
 			} {
 				if !strings.Contains(s, want) {
 					t.Errorf("union lacks %s", want)
 				}
+			}
+			// Ollama's converter resolves only "#/..." pointers: the
+			// grammar drops an anchor reference, validation keeps it.
+			if got, want := strings.Contains(s, `"$ref":"#kind"`), which.name == "Schema"; got != want {
+				t.Errorf("anchor reference present: %v, want %v", got, want)
 			}
 			if strings.Contains(s, `"#/$defs/year"`) {
 				t.Error("union still holds the tool-relative reference #/$defs/year")
@@ -353,7 +364,9 @@ func TestLocalRefs(t *testing.T) {
 				{`{"thought":"t","action":"tree","args":{"name":"a","children":[{"name":"b","children":[{"name":"c"}]}]}}`, true},
 				{`{"thought":"t","action":"tree","args":{"name":"a","children":[{"name":"b","children":[{"nom":"c"}]}]}}`, false},
 				{`{"thought":"t","action":"typed","args":{"kind":"tv"}}`, true},
-				{`{"thought":"t","action":"typed","args":{"kind":"film"}}`, false},
+				{`{"thought":"t","action":"typed","args":{"kind":"film"}}`, which.name == "Format"},
+				{`{"thought":"t","action":"v_ref_named","args":{"$ref":{"id":7}}}`, true},
+				{`{"thought":"t","action":"v_ref_named","args":{"$ref":{"id":"7"}}}`, false},
 			}
 			for _, tt := range tests {
 				if err := validate(t, full, tt.reply); (err == nil) != tt.valid {
@@ -375,6 +388,7 @@ func TestLocalRefs(t *testing.T) {
 			"args.children[0].children[0].nom: unknown field; remove it",
 		}},
 		{`{"thought":"t","action":"typed","args":{"kind":"film"}}`, []string{`args.kind: expected one of "movie", "tv", got "film"`}},
+		{`{"thought":"t","action":"v_ref_named","args":{"$ref":{"id":"7"}}}`, []string{`args["$ref"].id: expected integer, got string "7"`}},
 	}
 	for _, tt := range tests {
 		_, err := u.Decode(tt.reply)

@@ -19,6 +19,7 @@ import (
 	convo "github.com/mmcpd/mmcpd/pkg/context"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
@@ -42,12 +43,18 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// PluginLister tells which plugins the daemon has and how they are.
+type PluginLister interface {
+	Plugins() []plugins.Info
+}
+
 // Server is the HTTP API.
 type Server struct {
 	Turns    Turns
 	Catalog  Catalog
 	Model    Checker
 	Sessions Sessions
+	Plugins  PluginLister // nil when the daemon runs without plugins
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
 	Token string
@@ -65,6 +72,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("GET /v1/schema", s.schema)
+	mux.HandleFunc("GET /v1/plugins", s.listPlugins)
 	return s.traced(s.authorized(s.unrouted(mux)))
 }
 
@@ -239,6 +247,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if starting := s.starting(); len(starting) > 0 {
+		s.fail(w, r, http.StatusServiceUnavailable, "plugins_starting", "plugins still starting: "+strings.Join(starting, ", "), true)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.Model.Check(ctx); err != nil {
@@ -250,6 +262,27 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reply(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) starting() []string {
+	var names []string
+	for _, p := range s.pluginList() {
+		if p.Status == plugins.StatusStarting {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+func (s *Server) pluginList() []plugins.Info {
+	if s.Plugins == nil {
+		return []plugins.Info{}
+	}
+	return s.Plugins.Plugins()
+}
+
+func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
+	s.reply(w, http.StatusOK, map[string]any{"plugins": s.pluginList()})
 }
 
 func (s *Server) tools(w http.ResponseWriter, r *http.Request) {

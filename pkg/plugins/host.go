@@ -1,0 +1,464 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mmcpd/mmcpd/pkg/breaker"
+	"github.com/mmcpd/mmcpd/pkg/loop"
+	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/trace"
+)
+
+// Options configure a Host.
+type Options struct {
+	Dir          string        // the plugins folder
+	Environ      []string      // the daemon's environment, as os.Environ
+	StartTimeout time.Duration // start, handshake and Describe of one plugin
+	KillGrace    time.Duration // how long a plugin has to answer after a call's deadline
+	Breakers     *breaker.Set
+	Context      ContextOptions
+	Log          *slog.Logger
+}
+
+// Plugin statuses.
+const (
+	StatusStarting   = "starting"
+	StatusReady      = "ready"
+	StatusStandby    = "standby"    // running, but a setting is missing or invalid
+	StatusFailed     = "failed"     // could not start, or described itself wrongly
+	StatusRestarting = "restarting" // exited; started again on next use
+)
+
+// Host runs the plugins and is the daemon's loop.Tools. Safe for concurrent
+// use.
+type Host struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.RWMutex
+	plugins []*managed            // sorted by name
+	tools   map[string]*toolEntry // by tool name
+	started chan struct{}         // closed when every plugin has been started once
+	closed  bool
+}
+
+type toolEntry struct {
+	plugin *managed
+	spec   *pluginpb.Tool
+	tool   schema.Tool
+}
+
+// managed is one plugin binary and its current process.
+type managed struct {
+	name, path string
+	env        []string
+
+	mu        sync.Mutex
+	proc      *process
+	desc      *pluginpb.DescribeResponse
+	status    string
+	reason    string
+	restarts  int
+	backoff   time.Duration
+	nextStart time.Time
+	providers map[string]*provider
+}
+
+// New finds the plugins in opts.Dir; Start starts them.
+func New(opts Options) (*Host, error) {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Context == (ContextOptions{}) {
+		opts.Context = DefaultContextOptions
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 10 * time.Second
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = 2 * time.Second
+	}
+	if opts.Breakers == nil {
+		opts.Breakers = breaker.New(breaker.Settings{Failures: 5, Cooldown: 30 * time.Second}, IsToolError, opts.Log)
+	}
+	paths, err := Discover(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{opts: opts, log: opts.Log, tools: map[string]*toolEntry{}, started: make(chan struct{})}
+	names := make([]string, len(paths))
+	for i, p := range paths {
+		names[i] = NameOf(p)
+	}
+	envs := PluginEnv(opts.Environ, names)
+	for i, p := range paths {
+		h.plugins = append(h.plugins, &managed{name: names[i], path: p, env: envs[names[i]], status: StatusStarting})
+	}
+	return h, nil
+}
+
+// Start starts every plugin concurrently and registers their tools, in name
+// order so that a clash between two plugins always resolves the same way. It
+// returns when all have started or failed; a plugin that fails is logged and
+// skipped.
+func (h *Host) Start(ctx context.Context) {
+	defer close(h.started)
+	var wg sync.WaitGroup
+	for _, m := range h.plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.startPlugin(ctx, m); err != nil {
+				h.log.Error("plugin skipped", "plugin", m.name, "path", m.path, "reason", err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+	for _, m := range h.plugins {
+		h.register(m)
+	}
+}
+
+// Started is closed once Start has finished.
+func (h *Host) Started() <-chan struct{} { return h.started }
+
+// startPlugin starts m's process and reads its description. The caller must
+// not hold m.mu.
+func (h *Host) startPlugin(ctx context.Context, m *managed) error {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
+	defer cancel()
+	start := time.Now()
+	proc, err := launch(ctx, m.path, m.env, h.opts.StartTimeout, h.log)
+	if err != nil {
+		m.fail(err.Error())
+		return err
+	}
+	desc, err := proc.rpc.Describe(ctx, &pluginpb.DescribeRequest{})
+	if err != nil {
+		proc.kill()
+		err = fmt.Errorf("describe: %s", oneLine(status.Convert(err).Message()))
+		m.fail(err.Error())
+		return err
+	}
+	if err := checkDescription(m.name, desc); err != nil {
+		proc.kill()
+		m.fail(err.Error())
+		return err
+	}
+	m.mu.Lock()
+	m.proc, m.desc = proc, desc
+	m.status, m.reason = StatusReady, ""
+	if problems := settingProblems(m.name, desc, m.env); len(problems) > 0 {
+		m.status, m.reason = StatusStandby, strings.Join(problems, "; ")
+	}
+	if m.providers == nil {
+		m.providers = map[string]*provider{}
+		for _, c := range desc.Contexts {
+			m.providers[c.Key] = &provider{}
+		}
+	}
+	st, reason := m.status, m.reason
+	m.mu.Unlock()
+	h.log.Info("plugin started", "plugin", m.name, "version", desc.Version, "tools", len(desc.Tools), "status", st, "reason", reason, "took", time.Since(start))
+	return nil
+}
+
+func (m *managed) fail(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status, m.reason = StatusFailed, reason
+}
+
+// checkDescription refuses a plugin that names itself differently from its
+// file (its settings would be read under the wrong slug) or whose tools could
+// not join a union.
+func checkDescription(name string, d *pluginpb.DescribeResponse) error {
+	if d.Name != name {
+		return fmt.Errorf("plugin file mmcp-plugin-%s describes itself as %q; the names must match", name, d.Name)
+	}
+	for _, t := range d.Tools {
+		if err := schema.CheckTool(schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}); err != nil {
+			return fmt.Errorf("invalid tool: %w", err)
+		}
+	}
+	return nil
+}
+
+// settingProblems lists what keeps a plugin on standby: required settings
+// its environment lacks, and the problems the plugin reported itself.
+func settingProblems(name string, d *pluginpb.DescribeResponse, env []string) []string {
+	var out []string
+	for _, s := range d.Settings {
+		if !s.Required {
+			continue
+		}
+		key := EnvPrefix(name) + s.Key
+		if v, ok := lookup(env, key); !ok || v == "" {
+			out = append(out, key+" is required")
+		}
+	}
+	for _, p := range d.SettingProblems {
+		if p = oneLine(p); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func lookup(env []string, key string) (string, bool) {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// register adds m's tools; a name another plugin already has is refused.
+func (h *Host) register(m *managed) {
+	m.mu.Lock()
+	desc := m.desc
+	m.mu.Unlock()
+	if desc == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range desc.Tools {
+		if other, ok := h.tools[t.Name]; ok {
+			h.log.Error("tool refused: name taken", "tool", t.Name, "plugin", m.name, "kept_from", other.plugin.name)
+			continue
+		}
+		h.tools[t.Name] = &toolEntry{plugin: m, spec: t, tool: schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}}
+	}
+}
+
+// Tools implements loop.Tools: every registered tool, with why it cannot be
+// used now where it cannot.
+func (h *Host) Tools() []loop.Tool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]loop.Tool, 0, len(h.tools))
+	for _, e := range h.tools {
+		out = append(out, loop.Tool{Tool: e.tool, Disabled: h.disabled(e)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// disabled says why a tool cannot be used now, or "".
+func (h *Host) disabled(e *toolEntry) string {
+	m := e.plugin
+	m.mu.Lock()
+	st, reason, next := m.status, m.reason, m.nextStart
+	m.mu.Unlock()
+	switch st {
+	case StatusStandby:
+		return "plugin " + m.name + " is on standby: " + reason
+	case StatusFailed:
+		return "plugin " + m.name + " failed: " + reason
+	case StatusRestarting:
+		if d := time.Until(next); d > 0 {
+			return fmt.Sprintf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
+		}
+	}
+	if e.spec.NeedsApproval {
+		return "needs the user's approval before each call, which this daemon cannot ask for yet"
+	}
+	if open, why := h.opts.Breakers.Open(e.tool.Name); open {
+		return why
+	}
+	return ""
+}
+
+// toolError is an error the tool itself reported: a result, not a failure of
+// the plugin, so the breaker does not count it.
+type toolError struct{ msg string }
+
+func (e *toolError) Error() string { return e.msg }
+
+// IsToolError reports whether err is an error a tool returned on purpose.
+func IsToolError(err error) bool {
+	var te *toolError
+	return errors.As(err, &te)
+}
+
+// Call implements loop.Tools. ctx's deadline bounds the call; the tool's own
+// shorter timeout applies if it has one.
+func (h *Host) Call(ctx context.Context, name string, args json.RawMessage) (string, error) {
+	h.mu.RLock()
+	e, ok := h.tools[name]
+	h.mu.RUnlock()
+	if !ok {
+		return "", fmt.Errorf("no tool named %s", name)
+	}
+	if why := h.disabled(e); why != "" && !strings.HasPrefix(why, breaker.ErrOpen.Error()) {
+		return "", fmt.Errorf("tool %s cannot run: %s", name, why)
+	}
+	return h.opts.Breakers.Execute(name, func() (string, error) {
+		return h.call(ctx, e, args)
+	})
+}
+
+func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (string, error) {
+	m := e.plugin
+	proc, err := h.running(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	if t := time.Duration(e.spec.TimeoutMs) * time.Millisecond; t > 0 && time.Now().Add(t).Before(deadline) {
+		deadline = time.Now().Add(t)
+	}
+	limit := time.Until(deadline)
+	// The plugin gets the deadline; the host waits a grace period longer, so
+	// that a plugin that honours it answers on its own. One that does not is
+	// wedged, and is killed. The caller's cancellation still goes through.
+	rpcCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(h.opts.KillGrace))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stop()
+
+	resp, err := proc.rpc.Call(rpcCtx, &pluginpb.CallRequest{
+		Tool:           e.tool.Name,
+		Args:           args,
+		TraceId:        trace.ID(ctx),
+		TimeoutMs:      max(limit.Milliseconds(), 1),
+		MaxResultBytes: MaxResultBytes,
+	})
+	if err == nil {
+		m.mu.Lock()
+		m.backoff = 0 // it serves again: the next crash restarts at once
+		m.mu.Unlock()
+		if resp.Error != "" {
+			return "", &toolError{msg: oneLine(resp.Error)}
+		}
+		return cutResult(resp.Result), nil
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return "", ctx.Err()
+	}
+	code := status.Code(err)
+	switch {
+	case rpcCtx.Err() != nil:
+		h.log.Warn("plugin did not answer after its deadline; killing it", "plugin", m.name, "tool", e.tool.Name, "grace", h.opts.KillGrace)
+		h.crashed(m, proc, "killed: it did not answer within its deadline plus "+h.opts.KillGrace.String())
+		return "", fmt.Errorf("tool %s did not finish within %s; plugin %s was stopped and restarts on next use", e.tool.Name, limit.Round(time.Millisecond), m.name)
+	case code == codes.DeadlineExceeded || code == codes.Canceled:
+		return "", fmt.Errorf("tool %s did not finish within %s", e.tool.Name, limit.Round(time.Millisecond))
+	case code == codes.ResourceExhausted:
+		return "", fmt.Errorf("tool %s returned more than %d bytes; the result was dropped", e.tool.Name, MaxMessageBytes)
+	case code == codes.Unavailable || proc.exited():
+		h.crashed(m, proc, "exited during a call")
+		return "", fmt.Errorf("plugin %s exited during the call to %s; it will be restarted", m.name, e.tool.Name)
+	}
+	return "", fmt.Errorf("tool %s: plugin error: %s", e.tool.Name, oneLine(status.Convert(err).Message()))
+}
+
+// running returns m's process, starting it again if it died, with a growing
+// pause between attempts so a plugin that crashes at once is not respawned in
+// a loop.
+func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
+	m.mu.Lock()
+	proc := m.proc
+	if proc != nil && !proc.exited() {
+		m.mu.Unlock()
+		return proc, nil
+	}
+	if proc != nil { // died between calls
+		h.markCrashedLocked(m, "exited")
+	}
+	if d := time.Until(m.nextStart); d > 0 {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
+	}
+	m.restarts++
+	m.mu.Unlock()
+	h.log.Info("restarting plugin", "plugin", m.name)
+	if err := h.startPlugin(ctx, m); err != nil {
+		m.mu.Lock()
+		m.status, m.reason = StatusRestarting, err.Error()
+		m.nextStart = time.Now().Add(m.backoff)
+		m.mu.Unlock()
+		return nil, fmt.Errorf("plugin %s could not be restarted: %w", m.name, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.status != StatusReady {
+		return nil, fmt.Errorf("plugin %s is on standby: %s", m.name, m.reason)
+	}
+	return m.proc, nil
+}
+
+// crashed records that proc stopped serving and kills what is left of it.
+func (h *Host) crashed(m *managed, proc *process, why string) {
+	proc.kill()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == proc {
+		h.markCrashedLocked(m, why)
+	}
+}
+
+func (h *Host) markCrashedLocked(m *managed, why string) {
+	m.proc = nil
+	m.status, m.reason = StatusRestarting, why
+	switch {
+	case m.backoff == 0:
+		m.backoff = time.Second
+	case m.backoff < time.Minute:
+		m.backoff *= 2
+	}
+	// The first restart is immediate: one crash is worth one fresh try.
+	if m.backoff > time.Second {
+		m.nextStart = time.Now().Add(m.backoff / 2)
+	}
+	h.log.Warn("plugin stopped", "plugin", m.name, "reason", why, "restarts", m.restarts)
+}
+
+// cutResult bounds a result to MaxResultBytes, at a character boundary.
+func cutResult(b []byte) string {
+	if len(b) <= MaxResultBytes {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b[:MaxResultBytes]), "") + fmt.Sprintf("\n[... cut: result was %d bytes]", len(b))
+}
+
+// Close stops every plugin: politely, then by force.
+func (h *Host) Close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range h.plugins {
+		m.mu.Lock()
+		proc := m.proc
+		m.proc = nil
+		m.mu.Unlock()
+		if proc != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); proc.stop(2 * time.Second) }()
+		}
+	}
+	wg.Wait()
+}

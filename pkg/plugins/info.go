@@ -1,0 +1,92 @@
+package plugins
+
+import (
+	"sort"
+)
+
+// Info is a plugin as GET /v1/plugins shows it. Secret values never appear.
+type Info struct {
+	Name     string        `json:"name"`
+	Version  string        `json:"version,omitempty"`
+	Path     string        `json:"path"`
+	Status   string        `json:"status"`
+	Reason   string        `json:"reason,omitempty"`
+	Restarts int           `json:"restarts"`
+	Tools    []ToolInfo    `json:"tools"`
+	Settings []SettingInfo `json:"settings"`
+	Contexts []string      `json:"context_providers"`
+}
+
+// ToolInfo is one tool of a plugin.
+type ToolInfo struct {
+	Name          string `json:"name"`
+	Description   string `json:"description"`
+	NeedsApproval bool   `json:"needs_approval,omitempty"`
+	TimeoutMs     int64  `json:"timeout_ms,omitempty"`
+	Breaker       string `json:"breaker"`
+	Disabled      string `json:"disabled,omitempty"`
+}
+
+// SettingInfo is one setting: its variable, and its value unless secret.
+type SettingInfo struct {
+	Variable    string `json:"variable"`
+	Description string `json:"description,omitempty"`
+	Required    bool   `json:"required,omitempty"`
+	Secret      bool   `json:"secret,omitempty"`
+	Default     string `json:"default,omitempty"`
+	Set         bool   `json:"set"`
+	Value       string `json:"value,omitempty"` // "**********" for a secret that is set
+}
+
+// Mask stands for a secret value wherever one would be shown.
+const Mask = "**********"
+
+// Plugins lists every plugin found, in name order.
+func (h *Host) Plugins() []Info {
+	h.mu.RLock()
+	owner := make(map[string]*toolEntry, len(h.tools))
+	for name, e := range h.tools {
+		owner[name] = e
+	}
+	h.mu.RUnlock()
+
+	out := make([]Info, 0, len(h.plugins))
+	for _, m := range h.plugins {
+		m.mu.Lock()
+		info := Info{Name: m.name, Path: m.path, Status: m.status, Reason: m.reason, Restarts: m.restarts,
+			Tools: []ToolInfo{}, Settings: []SettingInfo{}, Contexts: []string{}}
+		desc := m.desc
+		m.mu.Unlock()
+		if desc != nil {
+			info.Version = desc.Version
+			for _, s := range desc.Settings {
+				v, ok := lookup(m.env, EnvPrefix(m.name)+s.Key)
+				si := SettingInfo{Variable: EnvPrefix(m.name) + s.Key, Description: s.Description, Required: s.Required, Secret: s.Secret, Default: s.Default, Set: ok && v != ""}
+				switch {
+				case !si.Set:
+				case s.Secret:
+					si.Value = Mask
+				default:
+					si.Value = v
+				}
+				info.Settings = append(info.Settings, si)
+			}
+			for _, c := range desc.Contexts {
+				info.Contexts = append(info.Contexts, c.Key)
+			}
+			for _, t := range desc.Tools {
+				ti := ToolInfo{Name: t.Name, Description: t.Description, NeedsApproval: t.NeedsApproval, TimeoutMs: t.TimeoutMs}
+				if e, ok := owner[t.Name]; ok && e.plugin == m {
+					ti.Breaker = h.opts.Breakers.State(t.Name)
+					ti.Disabled = h.disabled(e)
+				} else {
+					ti.Disabled = "refused: another plugin has a tool with this name"
+				}
+				info.Tools = append(info.Tools, ti)
+			}
+			sort.Slice(info.Tools, func(i, j int) bool { return info.Tools[i].Name < info.Tools[j].Name })
+		}
+		out = append(out, info)
+	}
+	return out
+}

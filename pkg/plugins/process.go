@@ -1,0 +1,157 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+)
+
+// process is one running plugin binary.
+type process struct {
+	client *plugin.Client
+	rpc    pluginpb.PluginClient
+	pid    int
+	done   chan struct{} // closed when the process has exited
+}
+
+// launch starts the binary at path with exactly env, completes the go-plugin
+// handshake and returns a client for the Plugin service.
+func launch(ctx context.Context, path string, env []string, timeout time.Duration, log *slog.Logger) (*process, error) {
+	cmd := exec.Command(path)
+	cmd.Env = env
+	dieWithParent(cmd)
+	logw := &lineLogger{log: log.With("plugin", NameOf(path))}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          plugin.PluginSet{PluginName: &GRPCPlugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true, // a plugin sees its own settings, never the daemon's or another plugin's
+		StartTimeout:     timeout,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:   "go-plugin",
+			Level:  hclog.Warn,
+			Output: logw,
+		}),
+		Stderr:          logw,
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
+	})
+	p := &process{client: client, done: make(chan struct{})}
+	// go-plugin's Start blocks on the handshake without a context: run it
+	// aside so the caller's context bounds it too.
+	type started struct {
+		rpc pluginpb.PluginClient
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		proto, err := client.Client()
+		if err != nil {
+			ch <- started{err: err}
+			return
+		}
+		raw, err := proto.Dispense(PluginName)
+		if err != nil {
+			ch <- started{err: err}
+			return
+		}
+		rpc, ok := raw.(pluginpb.PluginClient)
+		if !ok {
+			ch <- started{err: fmt.Errorf("plugin served %T, not the Plugin service", raw)}
+			return
+		}
+		ch <- started{rpc: rpc}
+	}()
+	select {
+	case s := <-ch:
+		if s.err != nil {
+			p.kill()
+			return nil, fmt.Errorf("starting %s: %s", path, oneLine(s.err.Error()))
+		}
+		p.rpc = s.rpc
+	case <-ctx.Done():
+		p.kill()
+		return nil, fmt.Errorf("starting %s: %w", path, ctx.Err())
+	}
+	if cmd.Process != nil {
+		p.pid = cmd.Process.Pid
+	}
+	go func() {
+		// Exited polls cheaply; a plugin that dies is noticed within this.
+		for !client.Exited() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process is gone.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends the process at once. go-plugin's own Kill waits for a graceful
+// exit and blocks forever on a wedged (stopped) process, so the process gets
+// SIGKILL first and Kill only cleans up, off the caller's path.
+func (p *process) kill() {
+	if p.pid > 0 {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	} else if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
+		_ = syscall.Kill(rc.Pid, syscall.SIGKILL)
+	}
+	go p.client.Kill()
+}
+
+// stop asks the process to exit, and kills it if it has not within grace.
+func (p *process) stop(grace time.Duration) {
+	done := make(chan struct{})
+	go func() { p.client.Kill(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		p.kill()
+	}
+}
+
+// lineLogger turns a plugin's stderr and go-plugin's own log into log lines.
+type lineLogger struct{ log *slog.Logger }
+
+func (l *lineLogger) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			l.log.Info("plugin output", "line", clip(line, 2000))
+		}
+	}
+	return len(b), nil
+}
+
+var _ io.Writer = (*lineLogger)(nil)
+
+func oneLine(s string) string {
+	return clip(strings.Join(strings.Fields(s), " "), 500)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
+}
