@@ -5,7 +5,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # Bundled plugins: every plugins/<name>/ with Go sources builds to plugins/mmcp-plugin-<name>.
 PLUGINS := $(patsubst plugins/%/,plugins/mmcp-plugin-%,$(sort $(dir $(wildcard plugins/*/*.go))))
 
-.PHONY: all build run test bench fuzz lint clean
+.PHONY: all build run test bench fuzz lint proto clean
 
 all: build
 
@@ -30,13 +30,24 @@ bench:
 # Each fuzz target for a while; FUZZTIME=5m make fuzz for a longer look.
 FUZZTIME ?= 30s
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./pkg/schema | grep '^Fuzz'); do \
-		$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) ./pkg/schema || exit 1; \
+	@for pkg in ./pkg/schema ./pkg/context; do \
+		for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		done; \
 	done
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+
+# Regenerates the plugin protocol's Go code (committed, so only needed after
+# editing the .proto). Needs protoc (Debian: protobuf-compiler) and the two
+# generators: go install google.golang.org/protobuf/cmd/protoc-gen-go@latest
+# google.golang.org/grpc/cmd/protoc-gen-go-grpc@latest
+proto:
+	cd pkg/plugins/proto && PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative plugin.proto
 
 clean:
 	rm -rf bin plugins/mmcp-plugin-*

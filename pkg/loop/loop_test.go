@@ -484,3 +484,21 @@ func TestHistoryCarriesOver(t *testing.T) {
 		t.Errorf("second turn saw %q", contents)
 	}
 }
+
+type liveState string
+
+func (s liveState) RuntimeContext(context.Context) string { return string(s) }
+
+func TestRuntimeContextInSystemPrompt(t *testing.T) {
+	fake := ollamatest.New(t, reply("tmdb_search", `{"query":"Dune"}`), final("ok"))
+	r := newRunner(t, fake, newToolbox(t))
+	r.Context = liveState("system.now: Current time: Saturday 2026-11-21 14:03 CET")
+	if _, err := r.Run(context.Background(), &convo.Conversation{}, "what day is it", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range fake.Requests() {
+		if !strings.Contains(req.Messages[0].Content, "Runtime context (live state when this question was asked):\nsystem.now: Current time: Saturday 2026-11-21 14:03 CET\n") {
+			t.Errorf("request %d system prompt lacks the runtime context:\n%s", i, req.Messages[0].Content)
+		}
+	}
+}
