@@ -274,3 +274,33 @@ func sameTools(a, b []Tool) bool {
 		return x.Name == y.Name && x.Description == y.Description && bytes.Equal(x.Schema, y.Schema)
 	})
 }
+
+// ArgsSchema is one tool's compiled argument schema, for checking arguments
+// that arrive on their own (a plugin checking its input again) exactly as
+// Decode checks them inside a reply.
+type ArgsSchema struct{ s *jsonschema.Schema }
+
+// CompileArgs compiles t's argument schema the way a union does: draft
+// 2020-12, formats asserted, no external references.
+func CompileArgs(t Tool) (*ArgsSchema, error) {
+	s, err := compileArgs(t)
+	if err != nil {
+		return nil, err
+	}
+	return &ArgsSchema{s: s}, nil
+}
+
+// Check returns what is wrong with args, one sorted problem per field in the
+// form Decode uses (args.year: expected integer, got string "2010"), or nil.
+func (a *ArgsSchema) Check(args []byte) []string {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return []string{"args: invalid JSON: " + err.Error()}
+	}
+	if err := a.s.Validate(inst); err != nil {
+		probs := explain(err, inst)
+		slices.Sort(probs)
+		return slices.Compact(probs)
+	}
+	return nil
+}

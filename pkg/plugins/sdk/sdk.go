@@ -33,7 +33,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/grpc"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins"
@@ -58,7 +57,7 @@ type Plugin struct {
 type tool struct {
 	name, description string
 	schema            json.RawMessage
-	compiled          *jsonschema.Schema
+	compiled          *schema.ArgsSchema
 	needsApproval     bool
 	timeout           time.Duration
 	run               func(ctx context.Context, args json.RawMessage) ([]byte, error)
@@ -206,7 +205,7 @@ func (p *Plugin) addTool(name, description string, s json.RawMessage, run func(c
 			return
 		}
 	}
-	compiled, err := compile(name, s)
+	compiled, err := schema.CompileArgs(schema.Tool{Name: name, Description: description, Schema: s})
 	if err != nil {
 		p.fail(err)
 		return

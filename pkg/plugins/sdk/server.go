@@ -8,16 +8,11 @@ import (
 	"math"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -290,117 +285,8 @@ func cut(b []byte, limit int) []byte {
 	return append(append(out, b[:keep]...), marker...)
 }
 
-// refuseLoader refuses every URL: a schema is checked with what it contains,
-// and the library would otherwise read file:// references from disk.
-type refuseLoader struct{}
-
-func (refuseLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("loading %s: external references are not allowed", url)
-}
-
-// compile compiles a tool's schema the way the daemon does (draft 2020-12,
-// formats asserted), so the plugin refuses what the daemon would.
-func compile(name string, s []byte) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(s))
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: schema is not valid JSON: %w", name, err)
-	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.AssertFormat()
-	c.UseLoader(refuseLoader{})
-	url := "https://mmcpd.invalid/tools/" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tool %q: %w", name, err)
-	}
-	compiled, err := c.Compile(url)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: schema does not compile: %w", name, err)
-	}
-	return compiled, nil
-}
-
 // check validates args against the tool's schema and says what is wrong,
 // field by field, or returns "".
 func (t *tool) check(args []byte) string {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return "not valid JSON: " + err.Error()
-	}
-	if err := t.compiled.Validate(inst); err != nil {
-		return explain(err, inst)
-	}
-	return ""
-}
-
-var printer = message.NewPrinter(language.English)
-
-// explain turns a validation error into "field: problem" parts, sorted so the
-// same mistake always reads the same.
-func explain(err error, inst any) string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err.Error()
-	}
-	var parts []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
-			}
-			return
-		}
-		at := locate(inst, e.InstanceLocation)
-		switch k := e.ErrorKind.(type) {
-		case *kind.Required:
-			for _, m := range k.Missing {
-				parts = append(parts, field(at, m)+": missing required field")
-			}
-		case *kind.AdditionalProperties:
-			for _, p := range k.Properties {
-				parts = append(parts, field(at, p)+": unknown field")
-			}
-		default:
-			parts = append(parts, at+": "+k.LocalizedString(printer))
-		}
-	}
-	walk(ve)
-	slices.Sort(parts)
-	return strings.Join(slices.Compact(parts), "; ")
-}
-
-// locate renders an instance location as args.a.b[0], telling array indexes
-// from object keys by the value found there.
-func locate(inst any, loc []string) string {
-	p, cur := "args", inst
-	for _, tok := range loc {
-		switch v := cur.(type) {
-		case []any:
-			p += "[" + tok + "]"
-			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(v) {
-				cur = v[i]
-			}
-		case map[string]any:
-			p, cur = field(p, tok), v[tok]
-		default:
-			p = field(p, tok)
-		}
-	}
-	return p
-}
-
-// field appends a key to a path, quoting keys that are not plain names.
-func field(p, key string) string {
-	plain := key != ""
-	for _, r := range key {
-		if !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			plain = false
-			break
-		}
-	}
-	if !plain {
-		return p + "[" + strconv.Quote(clip(key, 40)) + "]"
-	}
-	return p + "." + key
+	return strings.Join(t.compiled.Check(args), "; ")
 }

@@ -133,11 +133,11 @@ func TestCallInvalidArgs(t *testing.T) {
 	f := newFixture(t)
 	cases := map[string][]string{
 		`{"year":1800}`:             {"args.query: missing required field", "args.year: minimum: got 1,800, want 1,900"},
-		`{"query":""}`:              {"args.query: minLength"},
+		`{"query":""}`:              {`args.query: must have at least 1 character, got ""`},
 		`{"query":"Dune","foo":1}`:  {"args.foo: unknown field"},
 		`{"query":"Dune","year":1}`: {"args.year"},
-		`{"query":"Dune"} {}`:       {"not valid JSON"},
-		`[1]`:                       {"args: got array, want object"},
+		`{"query":"Dune"} {}`:       {"args: invalid JSON"},
+		`[1]`:                       {"args: expected object, got array"},
 		``:                          {"args.query: missing required field"},
 	}
 	for args, wants := range cases {
@@ -246,7 +246,7 @@ func TestRawTool(t *testing.T) {
 	if r := call(t, f.s, "raw", `{"n":3,"extra":true}`); r.Error != "" || string(r.Result) != `{"n":3,"extra":true}` {
 		t.Errorf("raw: %v", r)
 	}
-	if r := call(t, f.s, "raw", `{"n":"3"}`); !strings.Contains(r.Error, "args.n: got string, want integer") {
+	if r := call(t, f.s, "raw", `{"n":"3"}`); !strings.Contains(r.Error, `args.n: expected integer, got string "3"`) {
 		t.Errorf("raw, invalid: %v", r)
 	}
 }
