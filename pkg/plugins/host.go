@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -48,11 +49,12 @@ type Host struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.RWMutex
-	plugins []*managed            // sorted by name
-	tools   map[string]*toolEntry // by tool name
-	started chan struct{}         // closed when every plugin has been started once
-	closed  bool
+	mu          sync.RWMutex
+	plugins     []*managed            // sorted by name
+	tools       map[string]*toolEntry // by tool name
+	started     chan struct{}         // closed when every plugin has been started once
+	startCalled atomic.Bool           // Start was called
+	closed      bool
 }
 
 type toolEntry struct {
@@ -65,6 +67,7 @@ type toolEntry struct {
 type managed struct {
 	name, path string
 	env        []string
+	restart    sync.Mutex // one restart at a time, however many calls wait for it
 
 	mu        sync.Mutex
 	proc      *process
@@ -115,6 +118,7 @@ func New(opts Options) (*Host, error) {
 // returns when all have started or failed; a plugin that fails is logged and
 // skipped.
 func (h *Host) Start(ctx context.Context) {
+	h.startCalled.Store(true)
 	defer close(h.started)
 	var wg sync.WaitGroup
 	for _, m := range h.plugins {
@@ -379,9 +383,20 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 // pause between attempts so a plugin that crashes at once is not respawned in
 // a loop.
 func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
+	if proc := m.alive(); proc != nil {
+		return proc, nil
+	}
+	m.restart.Lock()
+	defer m.restart.Unlock()
+	h.mu.RLock()
+	closed := h.closed
+	h.mu.RUnlock()
+	if closed {
+		return nil, fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
+	}
 	m.mu.Lock()
 	proc := m.proc
-	if proc != nil && !proc.exited() {
+	if proc != nil && !proc.exited() { // another call restarted it meanwhile
 		m.mu.Unlock()
 		return proc, nil
 	}
@@ -402,12 +417,30 @@ func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("plugin %s could not be restarted: %w", m.name, err)
 	}
+	h.mu.RLock()
+	closed = h.closed
+	h.mu.RUnlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if closed { // Close ran while this start was under way: it missed this process
+		m.proc.kill()
+		m.proc = nil
+		return nil, fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
+	}
 	if m.status != StatusReady {
 		return nil, fmt.Errorf("plugin %s is on standby: %s", m.name, m.reason)
 	}
 	return m.proc, nil
+}
+
+// alive returns m's process if it is running.
+func (m *managed) alive() *process {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil && !m.proc.exited() {
+		return m.proc
+	}
+	return nil
 }
 
 // crashed records that proc stopped serving and kills what is left of it.
@@ -446,6 +479,9 @@ func cutResult(b []byte) string {
 
 // Close stops every plugin: politely, then by force.
 func (h *Host) Close() {
+	if h.startCalled.Load() {
+		<-h.started // a plugin still starting would be missed below
+	}
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
