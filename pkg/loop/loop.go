@@ -314,7 +314,9 @@ func (t *turn) call(ctx context.Context, name string, args json.RawMessage) (out
 		}
 	}()
 	out, err = t.Tools.Call(cctx, name, args)
-	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+	// A tool that only says its context ended gets a sentence that says
+	// which deadline; a tool that explained itself keeps its own words.
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return "", fmt.Errorf("tool %s did not finish within %s", name, t.Config.ToolTimeout)
 	}
 	return out, err

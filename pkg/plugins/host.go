@@ -107,8 +107,17 @@ func New(opts Options) (*Host, error) {
 		names[i] = NameOf(p)
 	}
 	envs := PluginEnv(opts.Environ, names)
+	bySlug := map[string]string{}
 	for i, p := range paths {
-		h.plugins = append(h.plugins, &managed{name: names[i], path: p, env: envs[names[i]], status: StatusStarting})
+		m := &managed{name: names[i], path: p, env: envs[names[i]], status: StatusStarting}
+		// web-search and web_search would read the same variables: the
+		// second could see the first one's secrets.
+		if other, ok := bySlug[Slug(m.name)]; ok {
+			m.status, m.reason, m.env = StatusFailed, fmt.Sprintf("its settings prefix %s is plugin %s's too; rename one of them", EnvPrefix(m.name), other), nil
+			h.log.Error("plugin skipped", "plugin", m.name, "path", p, "reason", m.reason)
+		}
+		bySlug[Slug(m.name)] = m.name
+		h.plugins = append(h.plugins, m)
 	}
 	return h, nil
 }
@@ -120,8 +129,14 @@ func New(opts Options) (*Host, error) {
 func (h *Host) Start(ctx context.Context) {
 	h.startCalled.Store(true)
 	defer close(h.started)
+	if h.isClosed() {
+		return
+	}
 	var wg sync.WaitGroup
 	for _, m := range h.plugins {
+		if m.status == StatusFailed {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -145,7 +160,13 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 	defer cancel()
 	start := time.Now()
-	proc, err := launch(ctx, m.path, m.env, h.opts.StartTimeout, h.log)
+	proc, err := launch(ctx, m.path, m.env, h.opts.StartTimeout, h.log, func(p *process) {
+		// Noticed at once, not on the next call: the API and the context
+		// providers should not take a dead plugin for a ready one.
+		if !h.isClosed() {
+			h.crashed(m, p, "exited")
+		}
+	})
 	if err != nil {
 		m.fail(err.Error())
 		return err
@@ -163,6 +184,11 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 		return err
 	}
 	m.mu.Lock()
+	if h.isClosed() { // Close has run and would never stop this one
+		m.mu.Unlock()
+		proc.kill()
+		return fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
+	}
 	m.proc, m.desc = proc, desc
 	m.status, m.reason = StatusReady, ""
 	if problems := settingProblems(m.name, desc, m.env); len(problems) > 0 {
@@ -274,16 +300,15 @@ func (h *Host) disabled(e *toolEntry) string {
 		return "plugin " + m.name + " is on standby: " + reason
 	case StatusFailed:
 		return "plugin " + m.name + " failed: " + reason
-	case StatusRestarting:
-		if d := time.Until(next); d > 0 {
-			return fmt.Sprintf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
-		}
-	}
-	if e.spec.NeedsApproval {
-		return "needs the user's approval before each call, which this daemon cannot ask for yet"
 	}
 	if open, why := h.opts.Breakers.Open(e.tool.Name); open {
 		return why
+	}
+	if d := time.Until(next); st == StatusRestarting && d > 0 {
+		return fmt.Sprintf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
+	}
+	if e.spec.NeedsApproval {
+		return "needs the user's approval before each call, which this daemon cannot ask for yet"
 	}
 	return ""
 }
@@ -388,10 +413,7 @@ func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
 	}
 	m.restart.Lock()
 	defer m.restart.Unlock()
-	h.mu.RLock()
-	closed := h.closed
-	h.mu.RUnlock()
-	if closed {
+	if h.isClosed() {
 		return nil, fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
 	}
 	m.mu.Lock()
@@ -417,20 +439,33 @@ func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("plugin %s could not be restarted: %w", m.name, err)
 	}
-	h.mu.RLock()
-	closed = h.closed
-	h.mu.RUnlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if closed { // Close ran while this start was under way: it missed this process
-		m.proc.kill()
-		m.proc = nil
-		return nil, fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
-	}
 	if m.status != StatusReady {
 		return nil, fmt.Errorf("plugin %s is on standby: %s", m.name, m.reason)
 	}
 	return m.proc, nil
+}
+
+func (h *Host) isClosed() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.closed
+}
+
+// Starting lists the plugins whose tools are not registered yet: all of them
+// until Start has finished.
+func (h *Host) Starting() []string {
+	select {
+	case <-h.started:
+		return nil
+	default:
+	}
+	names := make([]string, len(h.plugins))
+	for i, m := range h.plugins {
+		names[i] = m.name
+	}
+	return names
 }
 
 // alive returns m's process if it is running.

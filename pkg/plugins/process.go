@@ -27,7 +27,7 @@ type process struct {
 
 // launch starts the binary at path with exactly env, completes the go-plugin
 // handshake and returns a client for the Plugin service.
-func launch(ctx context.Context, path string, env []string, timeout time.Duration, log *slog.Logger) (*process, error) {
+func launch(ctx context.Context, path string, env []string, timeout time.Duration, log *slog.Logger, onExit func(*process)) (*process, error) {
 	cmd := exec.Command(path)
 	cmd.Env = env
 	dieWithParent(cmd)
@@ -94,6 +94,7 @@ func launch(ctx context.Context, path string, env []string, timeout time.Duratio
 			time.Sleep(100 * time.Millisecond)
 		}
 		close(p.done)
+		onExit(p)
 	}()
 	return p, nil
 }

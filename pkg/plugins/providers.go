@@ -53,9 +53,11 @@ func (h *Host) RuntimeContext(ctx context.Context) string {
 	var wg sync.WaitGroup
 	for _, m := range h.plugins {
 		m.mu.Lock()
-		proc, ready := m.proc, m.status == StatusReady
+		// A plugin that crashed is started again for its providers as for
+		// its tools; one on standby or failed is left alone.
+		usable := m.status == StatusReady || m.status == StatusRestarting
 		var keys []string
-		if ready && proc != nil {
+		if usable {
 			for key, p := range m.providers {
 				if time.Now().After(p.skipUntil) {
 					keys = append(keys, key)
@@ -67,6 +69,10 @@ func (h *Host) RuntimeContext(ctx context.Context) string {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				proc, err := h.running(ctx, m)
+				if err != nil {
+					return
+				}
 				text, err := h.provide(ctx, m, proc, key)
 				if err != nil {
 					return

@@ -46,6 +46,8 @@ type Checker interface {
 // PluginLister tells which plugins the daemon has and how they are.
 type PluginLister interface {
 	Plugins() []plugins.Info
+	// Starting names the plugins whose tools are not available yet.
+	Starting() []string
 }
 
 // Server is the HTTP API.
@@ -265,13 +267,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) starting() []string {
-	var names []string
-	for _, p := range s.pluginList() {
-		if p.Status == plugins.StatusStarting {
-			names = append(names, p.Name)
-		}
+	if s.Plugins == nil {
+		return nil
 	}
-	return names
+	return s.Plugins.Starting()
 }
 
 func (s *Server) pluginList() []plugins.Info {

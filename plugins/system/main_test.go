@@ -84,7 +84,7 @@ func TestSystemTimeBadArgs(t *testing.T) {
 	cases := map[string]string{
 		`{"timezone":"Mars/Olympus"}`:     `unknown time zone "Mars/Olympus": use an IANA name such as Europe/Paris`,
 		`{"timezone":"../../etc/passwd"}`: `unknown time zone "../../etc/passwd"`,
-		`{"timezone":7}`:                  "invalid arguments: args.timezone: got number, want string",
+		`{"timezone":7}`:                  "invalid arguments: args.timezone: expected string, got number 7",
 		`{"zone":"UTC"}`:                  "invalid arguments: args.zone: unknown field",
 	}
 	for args, want := range cases {

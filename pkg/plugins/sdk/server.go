@@ -125,6 +125,10 @@ func (s *server) Call(ctx context.Context, req *pluginpb.CallRequest) (*pluginpb
 		msg := s.scrub(fmt.Sprintf("tool %s panicked: %v", t.name, out.value))
 		s.log.Error("tool panicked", "tool", t.name, "panic", msg, "stack", string(out.stack))
 		return s.toolError(msg), nil
+	case out.err != nil && ctx.Err() != nil:
+		// The tool stopped because its time was up: that is a timeout for
+		// the host to report, not an error of the tool's own.
+		return nil, ctxStatus(ctx.Err(), "tool "+t.name)
 	case out.err != nil:
 		msg := out.err.Error()
 		if strings.TrimSpace(msg) == "" {

@@ -1,0 +1,228 @@
+// Command testplugin is the misbehaving plugin of the plugin host's tests. It
+// is not shipped: the tests build it once and copy it under several names,
+// mmcp-plugin-<mode>, and it takes its behaviour from its own file name.
+//
+// Modes (tool names are <mode>_<verb>; every mode but badschema, declfail and
+// liar also has <mode>_echo, which works):
+//
+//	works      works_echo {text} -> {"echo": text, "plugin": "works"};
+//	           works_fail returns an error quoting its SECRET; context "info";
+//	           optional settings SECRET (secret) and NOTE
+//	slow       slow_sleep {ms} sleeps, honouring its context (it returns
+//	           100ms after its deadline); slow_wait returns its context's
+//	           error as soon as it ends
+//	ignore     ignore_hang ignores its context and never returns
+//	wedge      wedge_freeze stops its own process with SIGSTOP
+//	exit       exit_die exits the process (status 3) mid-call
+//	panic      panic_boom panics
+//	huge       huge_blob returns 50 MB (or {mb} MB) of "x"
+//	badschema  describes badschema_text with the schema {"type":"string"},
+//	           bypassing the SDK's own check, so the host must refuse it
+//	declfail   declares a tool with a bad schema through the SDK: Serve
+//	           prints the mistake and exits 1 before the handshake
+//	liar       describes itself as "impostor"
+//	dup, zdup  declare works_echo too (dup sorts before works, zdup after)
+//	needs      required secret setting TOKEN
+//	envdump    envdump_env returns its environment, sorted, one per line
+//	           (newlines in values written \n);
+//	           optional setting COLOR
+//	ctxslow    context "slow" sleeps 2s, honouring its context
+//	ctxfail    context "broken" always fails, and first appends a line to
+//	           the file named by its optional setting LOG
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/mmcpd/mmcpd/pkg/plugins"
+	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
+)
+
+const version = "0.1.0"
+
+type echoArgs struct {
+	Text string `json:"text" jsonschema:"description=What to echo"`
+}
+
+type echoResult struct {
+	Echo   string `json:"echo"`
+	Plugin string `json:"plugin"`
+}
+
+type sleepArgs struct {
+	Ms int `json:"ms" jsonschema:"minimum=0,description=How long to sleep in milliseconds"`
+}
+
+type sizeArgs struct {
+	MB int `json:"mb,omitempty" jsonschema:"minimum=1,maximum=100,description=Size in MiB; 50 by default"`
+}
+
+type noArgs struct {
+	Why string `json:"why,omitempty" jsonschema:"description=Ignored"`
+}
+
+func main() {
+	name := strings.TrimPrefix(filepath.Base(os.Args[0]), "mmcp-plugin-")
+	if name == "badschema" {
+		serveBadSchema(name)
+		return
+	}
+	declared := name
+	if name == "liar" {
+		declared = "impostor"
+	}
+	p := sdk.New(declared, version)
+	switch name {
+	case "works":
+		var cfg struct {
+			Secret string `secret:"true" desc:"A secret the tests set to a canary"`
+			Note   string `desc:"A plain setting, shown by the host"`
+		}
+		p.Settings(&cfg)
+		sdk.Tool(p, "works_fail", "Fails, quoting the secret", func(context.Context, noArgs) (string, error) {
+			return "", fmt.Errorf("upstream refused key %s", cfg.Secret)
+		})
+		p.Context("info", "How works feels", func(context.Context) (string, error) { return "works is fine", nil })
+	case "slow":
+		sdk.Tool(p, "slow_sleep", "Sleeps ms milliseconds", func(ctx context.Context, a sleepArgs) (string, error) {
+			select {
+			case <-time.After(time.Duration(a.Ms) * time.Millisecond):
+				return fmt.Sprintf("slept %dms", a.Ms), nil
+			case <-ctx.Done():
+				// Stops soon after its deadline, as a tool that cleans up
+				// does: the SDK has answered the host by then.
+				time.Sleep(100 * time.Millisecond)
+				return "", ctx.Err()
+			}
+		})
+		sdk.Tool(p, "slow_wait", "Waits for its context to end and returns its error at once", func(ctx context.Context, _ noArgs) (string, error) {
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	case "ignore":
+		sdk.Tool(p, "ignore_hang", "Never returns, whatever its context says", func(context.Context, noArgs) (string, error) {
+			select {} // other goroutines run: no deadlock panic
+		})
+	case "wedge":
+		sdk.Tool(p, "wedge_freeze", "Stops its own process", func(context.Context, noArgs) (string, error) {
+			// Signal this very thread: a process-directed SIGSTOP may be
+			// taken by another thread, and this one could answer before
+			// the whole process stops.
+			runtime.LockOSThread()
+			_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+			select {} // never answer, even if continued
+		})
+	case "exit":
+		sdk.Tool(p, "exit_die", "Exits the plugin mid-call", func(context.Context, noArgs) (string, error) {
+			os.Exit(3)
+			return "", nil
+		})
+	case "panic":
+		sdk.Tool(p, "panic_boom", "Panics", func(context.Context, noArgs) (string, error) {
+			panic("boom")
+		})
+	case "huge":
+		sdk.Tool(p, "huge_blob", "Returns a huge result", func(_ context.Context, a sizeArgs) (string, error) {
+			mb := a.MB
+			if mb == 0 {
+				mb = 50
+			}
+			return strings.Repeat("x", mb<<20), nil
+		})
+	case "declfail":
+		p.RawTool("declfail_text", "Arguments that are not an object", json.RawMessage(`{"type":"string"}`),
+			func(context.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil })
+	case "dup", "zdup":
+		sdk.Tool(p, "works_echo", "Another plugin's tool name", func(_ context.Context, a echoArgs) (echoResult, error) {
+			return echoResult{Echo: a.Text, Plugin: name}, nil
+		})
+	case "needs":
+		var cfg struct {
+			Token string `required:"true" secret:"true" desc:"A required token"`
+		}
+		p.Settings(&cfg)
+	case "envdump":
+		var cfg struct {
+			Color string `desc:"Any value: the tests look for it in the dump"`
+		}
+		p.Settings(&cfg)
+		sdk.Tool(p, "envdump_env", "Returns the plugin's environment", func(context.Context, noArgs) (string, error) {
+			env := os.Environ()
+			for i, kv := range env { // one per line, even go-plugin's certificate
+				env[i] = strings.ReplaceAll(kv, "\n", `\n`)
+			}
+			sort.Strings(env)
+			return strings.Join(env, "\n"), nil
+		})
+	case "ctxslow":
+		p.Context("slow", "Takes 2 seconds", func(ctx context.Context) (string, error) {
+			select {
+			case <-time.After(2 * time.Second):
+				return "ctxslow finally answered", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		})
+	case "ctxfail":
+		var cfg struct {
+			Log string `desc:"File that gets one line per call of the provider"`
+		}
+		p.Settings(&cfg)
+		p.Context("broken", "Always fails", func(context.Context) (string, error) {
+			if cfg.Log != "" {
+				f, err := os.OpenFile(cfg.Log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err == nil {
+					fmt.Fprintln(f, "called")
+					f.Close()
+				}
+			}
+			return "", errors.New("the provider is broken")
+		})
+	}
+	if name != "declfail" && name != "liar" {
+		sdk.Tool(p, name+"_echo", "Echoes text", func(_ context.Context, a echoArgs) (echoResult, error) {
+			return echoResult{Echo: a.Text, Plugin: name}, nil
+		})
+	}
+	p.Serve()
+}
+
+// serveBadSchema serves a plugin whose description carries a tool the SDK
+// would have refused: only the host stands between it and the model.
+func serveBadSchema(name string) {
+	p := sdk.New(name, version)
+	sdk.Tool(p, name+"_echo", "Echoes text", func(_ context.Context, a echoArgs) (echoResult, error) {
+		return echoResult{Echo: a.Text, Plugin: name}, nil
+	})
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: plugins.Handshake,
+		Plugins:         plugin.PluginSet{plugins.PluginName: &plugins.GRPCPlugin{Impl: badSchema{p.Server()}}},
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr}),
+	})
+}
+
+type badSchema struct{ pluginpb.PluginServer }
+
+func (b badSchema) Describe(ctx context.Context, req *pluginpb.DescribeRequest) (*pluginpb.DescribeResponse, error) {
+	d, err := b.PluginServer.Describe(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	d.Tools = append(d.Tools, &pluginpb.Tool{Name: "badschema_text", Description: "Arguments that are not an object", ArgsSchema: []byte(`{"type":"string"}`)})
+	return d, nil
+}
