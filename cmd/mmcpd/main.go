@@ -23,6 +23,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
+	"github.com/mmcpd/mmcpd/pkg/store"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
@@ -174,11 +175,19 @@ func serve(stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := cfg.CheckExposure(); err != nil {
+		return usageError{err}
+	}
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	st, err := store.Open(context.Background(), cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("session store: %w", err)
+	}
+	defer st.Close()
 	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err
@@ -203,13 +212,18 @@ func serve(stderr io.Writer) error {
 	cancel()
 
 	api := &server.Server{
-		Turns:    d.runner,
-		Catalog:  d.runner,
-		Model:    d.model,
-		Sessions: server.NewMemory(),
-		Plugins:  d.host,
-		Token:    cfg.APIToken.Reveal(),
-		Log:      log,
+		Turns:   d.runner,
+		Catalog: d.runner,
+		Model:   d.model,
+		Store:   st,
+		Plugins: d.host,
+		Limits: server.Limits{
+			MaxMessageChars:    cfg.MaxMessageChars,
+			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
+			ApprovalTTL:        cfg.ApprovalTTL,
+		},
+		Token: cfg.APIToken.Reveal(),
+		Log:   log,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -42,7 +42,13 @@ const canary = "canary-token-5f0c2a9e"
 // command runs mmcpd with only the given environment (and PATH/HOME).
 func command(env []string, args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
+	// Each run gets its own data folder unless the test names one (later
+	// entries win).
+	data, err := os.MkdirTemp(filepath.Dir(binary), "data")
+	if err != nil {
+		panic(err)
+	}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "MMCP_DATA_DIR=" + data}, env...)
 	return cmd
 }
 

@@ -51,6 +51,9 @@ type Config struct {
 	BreakerCooldown        time.Duration `split_words:"true" default:"30s" desc:"how long an open breaker waits before a trial call"`
 	ContextProviderTimeout time.Duration `split_words:"true" default:"300ms" desc:"time one plugin context provider has per turn"`
 	ContextTimeout         time.Duration `split_words:"true" default:"800ms" desc:"time all context providers have together per turn"`
+	MaxMessageChars        int           `split_words:"true" default:"8000" desc:"longest chat message in characters; longer ones get 400"`
+	MaxConcurrentTurns     int           `split_words:"true" default:"16" desc:"turns running at once (streams included); more get 503"`
+	ApprovalTTL            time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
 	APIToken               Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
 	LogLevel               string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
 	LogFormat              string        `split_words:"true" default:"text" desc:"text or json"`
@@ -120,6 +123,9 @@ func (c Config) validate() error {
 		positive("MMCP_BREAKER_COOLDOWN", c.BreakerCooldown),
 		positive("MMCP_CONTEXT_PROVIDER_TIMEOUT", c.ContextProviderTimeout),
 		positive("MMCP_CONTEXT_TIMEOUT", c.ContextTimeout),
+		between("MMCP_MAX_MESSAGE_CHARS", c.MaxMessageChars, 1, 1<<20),
+		between("MMCP_MAX_CONCURRENT_TURNS", c.MaxConcurrentTurns, 1, 10000),
+		positive("MMCP_APPROVAL_TTL", c.ApprovalTTL),
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
 	)
@@ -283,11 +289,19 @@ func (c Config) Warnings() []string {
 			c.ToolMaxOutputChars, c.LLMMaxContextChars))
 	}
 
-	if c.APIToken == "" && !isLoopback(c.ListenAddr) {
-		w = append(w, fmt.Sprintf("MMCP_LISTEN_ADDR=%s is reachable from other machines and MMCP_API_TOKEN is empty: anyone who can reach it can drive the agent and its tools; set MMCP_API_TOKEN or listen on 127.0.0.1",
-			c.ListenAddr))
+	if err := c.CheckExposure(); err != nil {
+		w = append(w, err.Error())
 	}
 	return w
+}
+
+// CheckExposure refuses a daemon reachable from other machines without a
+// token: anyone who could reach it could drive the agent and its tools.
+func (c Config) CheckExposure() error {
+	if c.APIToken == "" && !isLoopback(c.ListenAddr) {
+		return fmt.Errorf("MMCP_LISTEN_ADDR=%s is reachable from other machines and MMCP_API_TOKEN is empty; set a token (for example MMCP_API_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1", c.ListenAddr)
+	}
+	return nil
 }
 
 // isLoopback reports whether addr only accepts local connections. An empty

@@ -36,6 +36,9 @@ var documented = []struct{ name, def string }{
 	{"MMCP_BREAKER_COOLDOWN", "30s"},
 	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "300ms"},
 	{"MMCP_CONTEXT_TIMEOUT", "800ms"},
+	{"MMCP_MAX_MESSAGE_CHARS", "8000"},
+	{"MMCP_MAX_CONCURRENT_TURNS", "16"},
+	{"MMCP_APPROVAL_TTL", "10m"},
 	{"MMCP_API_TOKEN", ""},
 	{"MMCP_LOG_LEVEL", "info"},
 	{"MMCP_LOG_FORMAT", "text"},
@@ -63,6 +66,9 @@ var defaults = Config{
 	BreakerCooldown:        30 * time.Second,
 	ContextProviderTimeout: 300 * time.Millisecond,
 	ContextTimeout:         800 * time.Millisecond,
+	MaxMessageChars:        8000,
+	MaxConcurrentTurns:     16,
+	ApprovalTTL:            10 * time.Minute,
 	APIToken:               "",
 	LogLevel:               "info",
 	LogFormat:              "text",
@@ -143,6 +149,9 @@ var readCases = []struct {
 	{"MMCP_BREAKER_COOLDOWN", "1m", func(c *Config) { c.BreakerCooldown = time.Minute }},
 	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "100ms", func(c *Config) { c.ContextProviderTimeout = 100 * time.Millisecond }},
 	{"MMCP_CONTEXT_TIMEOUT", "1s", func(c *Config) { c.ContextTimeout = time.Second }},
+	{"MMCP_MAX_MESSAGE_CHARS", "400", func(c *Config) { c.MaxMessageChars = 400 }},
+	{"MMCP_MAX_CONCURRENT_TURNS", "2", func(c *Config) { c.MaxConcurrentTurns = 2 }},
+	{"MMCP_APPROVAL_TTL", "1m", func(c *Config) { c.ApprovalTTL = time.Minute }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
 	{"MMCP_LOG_FORMAT", "JSON", func(c *Config) { c.LogFormat = "json" }},
@@ -516,6 +525,9 @@ MMCP_BREAKER_FAILURES=5
 MMCP_BREAKER_COOLDOWN=30s
 MMCP_CONTEXT_PROVIDER_TIMEOUT=300ms
 MMCP_CONTEXT_TIMEOUT=800ms
+MMCP_MAX_MESSAGE_CHARS=8000
+MMCP_MAX_CONCURRENT_TURNS=16
+MMCP_APPROVAL_TTL=10m0s
 MMCP_API_TOKEN=**********
 MMCP_LOG_LEVEL=info
 MMCP_LOG_FORMAT=text

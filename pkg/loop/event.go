@@ -19,6 +19,7 @@ const (
 	EventValidationError EventType = "validation_error"
 	EventToolStart       EventType = "tool_start"
 	EventToolEnd         EventType = "tool_end"
+	EventActionRequest   EventType = "action_request"
 	EventFinal           EventType = "final"
 	EventError           EventType = "error"
 )

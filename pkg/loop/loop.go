@@ -40,6 +40,8 @@ type ContextSource interface {
 // Tool is a tool as the loop and the API list it.
 type Tool struct {
 	schema.Tool
+	// NeedsApproval means each call waits for the user's yes (see Resume).
+	NeedsApproval bool `json:"needs_approval,omitempty"`
 	// Disabled says why the model cannot use the tool now; empty if it can.
 	Disabled string `json:"disabled,omitempty"`
 }
@@ -86,6 +88,23 @@ type Result struct {
 	// Forced is set when the step limit was reached and the answer was asked
 	// for with FinalResponse as the only choice.
 	Forced bool `json:"forced,omitempty"`
+	// Pending is set, and Answer empty, when the turn stopped at a tool call
+	// that needs the user's approval. The conversation ends with that call;
+	// Resume goes on from there.
+	Pending *ActionRequest `json:"pending,omitempty"`
+}
+
+// ActionRequest is a validated tool call waiting for the user's decision.
+type ActionRequest struct {
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args"`
+	Thought string          `json:"thought"`
+}
+
+// Decision is the user's answer to an ActionRequest.
+type Decision struct {
+	ActionRequest
+	Approved bool
 }
 
 // Step is one decision of the model and what came of it.
@@ -118,6 +137,40 @@ func (e *InvalidReplyError) Error() string {
 // answer. Re-asked invalid replies never enter it. On error, conv keeps what
 // happened before the error, since tools may have acted.
 func (r *Runner) Run(ctx context.Context, conv *convo.Conversation, message string, obs Observer) (*Result, error) {
+	ctx, t := r.newTurn(ctx, conv, obs)
+	conv.Append(convo.Message{Role: convo.User, Content: message})
+	return t.run(ctx, 1)
+}
+
+// Resume continues a turn that stopped at an ActionRequest: conv must end
+// with that call. Approved, the tool runs; declined, the model is told the
+// user said no. Either way the result is the call's observation, and the
+// loop goes on to an answer with the steps the turn has left (the approved
+// call counts as the first).
+func (r *Runner) Resume(ctx context.Context, conv *convo.Conversation, d Decision, obs Observer) (*Result, error) {
+	ctx, t := r.newTurn(ctx, conv, obs)
+	start := time.Now()
+	st := Step{Number: 1, Thought: d.Thought, Action: d.Tool, Args: d.Args}
+	var content string
+	if d.Approved {
+		t.emit(Event{Type: EventToolStart, Step: 1, Action: d.Tool, Args: d.Args})
+		out, err := t.call(ctx, d.Tool, d.Args)
+		if ctx.Err() != nil {
+			return t.result(fmt.Errorf("approved call: %w", context.Cause(ctx)))
+		}
+		content, st.Observation, st.Error = observation(d.Tool, out, err)
+		t.emit(Event{Type: EventToolEnd, Step: 1, Action: d.Tool, Observation: st.Observation, Error: st.Error, Duration: time.Since(start)})
+	} else {
+		st.Error = "the user declined this call"
+		content = d.Tool + " was not run: the user declined it. Do not call it again for this request; answer without it."
+	}
+	conv.Append(convo.Message{Role: convo.Observation, Content: content, Tool: d.Tool})
+	st.Duration = time.Since(start)
+	t.res.Steps = append(t.res.Steps, st)
+	return t.run(ctx, 2)
+}
+
+func (r *Runner) newTurn(ctx context.Context, conv *convo.Conversation, obs Observer) (context.Context, *turn) {
 	id := trace.ID(ctx)
 	if id == "" {
 		id = trace.New()
@@ -137,28 +190,40 @@ func (r *Runner) Run(ctx context.Context, conv *convo.Conversation, message stri
 	if r.Context != nil {
 		t.runtime = r.Context.RuntimeContext(ctx)
 	}
-	conv.Append(convo.Message{Role: convo.User, Content: message})
+	return ctx, t
+}
 
-	for step := 1; step <= r.Config.MaxSteps; step++ {
+// run takes steps from first to the limit, then forces an answer.
+func (t *turn) run(ctx context.Context, first int) (*Result, error) {
+	for step := first; step <= t.Config.MaxSteps; step++ {
 		done, err := t.step(ctx, step, false)
 		if err != nil || done {
 			return t.result(err)
 		}
 	}
 	t.res.Forced = true
-	_, err := t.step(ctx, r.Config.MaxSteps+1, true)
+	_, err := t.step(ctx, t.Config.MaxSteps+1, true)
 	return t.result(err)
+}
+
+// observation is what the model reads after a call, and the step's record.
+func observation(tool, out string, err error) (content, result, errText string) {
+	if err != nil {
+		return tool + " failed: " + err.Error(), "", err.Error()
+	}
+	return "Result of " + tool + ":\n" + out, out, ""
 }
 
 // turn is the state of one Run.
 type turn struct {
 	*Runner
-	conv    *convo.Conversation
-	obs     Observer
-	log     *slog.Logger
-	res     *Result
-	strikes map[string]int // tool failures in this turn
-	runtime string         // live state from the context providers
+	conv     *convo.Conversation
+	obs      Observer
+	log      *slog.Logger
+	res      *Result
+	strikes  map[string]int  // tool failures in this turn
+	runtime  string          // live state from the context providers
+	approval map[string]bool // tools of this step that need the user's yes
 }
 
 func (t *turn) result(err error) (*Result, error) {
@@ -183,7 +248,13 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("step %d: building the reply schema: %w", n, err)
 	}
-	system := systemPrompt(u, disabled, t.runtime, final, t.Config.MaxSteps)
+	var approval []string
+	for _, tl := range tools {
+		if t.approval[tl.Name] {
+			approval = append(approval, tl.Name)
+		}
+	}
+	system := systemPrompt(u, disabled, approval, t.runtime, final, t.Config.MaxSteps)
 
 	d, retries, modelTime, err := t.decide(ctx, n, u, system, final)
 	if err != nil {
@@ -202,6 +273,18 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 		return true, nil
 	}
 
+	if t.approval[d.Action] {
+		// Stop here: the call is validated and recorded; Resume runs it once
+		// the user says yes.
+		t.conv.Append(convo.Message{Role: convo.Assistant, Content: string(reply), Tool: d.Action})
+		st.Duration = time.Since(start)
+		t.res.Steps = append(t.res.Steps, st)
+		t.res.Pending = &ActionRequest{Tool: d.Action, Args: d.Args, Thought: d.Thought}
+		t.emit(Event{Type: EventActionRequest, Step: n, Action: d.Action, Args: d.Args, Thought: d.Thought})
+		t.logStep(ctx, st, modelTime, 0)
+		return true, nil
+	}
+
 	t.emit(Event{Type: EventToolStart, Step: n, Action: d.Action, Args: d.Args})
 	callStart := time.Now()
 	out, callErr := t.call(ctx, d.Action, d.Args)
@@ -209,13 +292,10 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	if ctx.Err() != nil {
 		return false, fmt.Errorf("step %d: %w", n, context.Cause(ctx))
 	}
-	content := "Result of " + d.Action + ":\n" + out
+	var content string
+	content, st.Observation, st.Error = observation(d.Action, out, callErr)
 	if callErr != nil {
-		st.Error = callErr.Error()
 		t.strikes[d.Action]++
-		content = d.Action + " failed: " + st.Error
-	} else {
-		st.Observation = out
 	}
 	t.conv.Append(
 		convo.Message{Role: convo.Assistant, Content: string(reply), Tool: d.Action},
@@ -288,7 +368,14 @@ func (t *turn) available() ([]schema.Tool, []Tool) {
 	all := t.Tools.Tools()
 	usable := make([]schema.Tool, 0, len(all))
 	var disabled []Tool
+	clear(t.approval)
 	for _, tl := range all {
+		if tl.NeedsApproval {
+			if t.approval == nil {
+				t.approval = map[string]bool{}
+			}
+			t.approval[tl.Name] = true
+		}
 		if tl.Disabled == "" && t.strikes[tl.Name] >= t.Config.MaxToolFailures {
 			tl.Disabled = fmt.Sprintf("failed %d times in this turn", t.strikes[tl.Name])
 		}

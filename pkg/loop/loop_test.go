@@ -502,3 +502,49 @@ func TestRuntimeContextInSystemPrompt(t *testing.T) {
 		}
 	}
 }
+
+func TestApprovalPausesAndResumes(t *testing.T) {
+	for _, approved := range []bool{true, false} {
+		t.Run(fmt.Sprintf("approved=%v", approved), func(t *testing.T) {
+			tb := newToolbox(t)
+			runs := 0
+			tb.add(loop.Tool{Tool: schema.Tool{Name: "transmission_remove", Schema: json.RawMessage(`{"type":"object","properties":{"ids":{"type":"array","items":{"type":"integer"}}},"required":["ids"]}`)}, NeedsApproval: true},
+				func(context.Context, json.RawMessage) (string, error) { runs++; return `{"removed":[3]}`, nil })
+			fake := ollamatest.New(t, reply("transmission_remove", `{"ids":[3]}`), final("done"))
+			r := newRunner(t, fake, tb)
+			var conv convo.Conversation
+			var events []loop.EventType
+			res, err := r.Run(context.Background(), &conv, "remove torrent 3", func(e loop.Event) { events = append(events, e.Type) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Pending == nil || res.Pending.Tool != "transmission_remove" || string(res.Pending.Args) != `{"ids":[3]}` || res.Answer != "" || runs != 0 {
+				t.Fatalf("paused result = %+v, runs %d", res, runs)
+			}
+			if events[len(events)-1] != loop.EventActionRequest {
+				t.Errorf("events = %v", events)
+			}
+			if !strings.Contains(fake.Requests()[0].Messages[0].Content, "ask the user to confirm before they run; call them when the user wants that action: transmission_remove") {
+				t.Error("the system prompt does not say which tools ask first")
+			}
+			if last := conv.Messages[len(conv.Messages)-1]; last.Role != convo.Assistant || last.Tool != "transmission_remove" {
+				t.Fatalf("conversation does not end with the call: %+v", last)
+			}
+			res, err = r.Resume(context.Background(), &conv, loop.Decision{ActionRequest: *res.Pending, Approved: approved}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRuns, wantObs := 1, "Result of transmission_remove:\n{\"removed\":[3]}"
+			if !approved {
+				wantRuns, wantObs = 0, "transmission_remove was not run: the user declined it. Do not call it again for this request; answer without it."
+			}
+			if runs != wantRuns || res.Answer != "done" {
+				t.Errorf("runs = %d, answer %q", runs, res.Answer)
+			}
+			msgs := fake.Requests()[1].Messages
+			if got := msgs[len(msgs)-1]; got.Content != wantObs {
+				t.Errorf("the model read %q, want %q", got.Content, wantObs)
+			}
+		})
+	}
+}

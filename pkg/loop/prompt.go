@@ -23,12 +23,17 @@ const finalNudge = `You have used every step this turn allows. Reply now with th
 // systemPrompt assembles the system message of a step: who the model is, the
 // rules of the envelope, the actions it may take with their arguments, and the
 // tools it may not use, with why.
-func systemPrompt(u *schema.Union, disabled []Tool, runtime string, final bool, maxSteps int) string {
+func systemPrompt(u *schema.Union, disabled []Tool, approval []string, runtime string, final bool, maxSteps int) string {
 	var b strings.Builder
 	b.Grow(len(identity) + len(u.Docs()) + len(runtime) + 512)
 	b.WriteString(identity)
 	fmt.Fprintf(&b, "\n- At most %d tool steps per question.\n\nActions:\n", maxSteps)
 	b.WriteString(u.Docs())
+	if len(approval) > 0 && !final {
+		b.WriteString("\nThese actions ask the user to confirm before they run; call them when the user wants that action: ")
+		b.WriteString(strings.Join(approval, ", "))
+		b.WriteByte('\n')
+	}
 	if len(disabled) > 0 && !final {
 		b.WriteString("\nUnavailable tools (do not use them; tell the user if the question needs one):\n")
 		for _, t := range disabled {

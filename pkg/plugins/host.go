@@ -283,7 +283,7 @@ func (h *Host) Tools() []loop.Tool {
 	defer h.mu.RUnlock()
 	out := make([]loop.Tool, 0, len(h.tools))
 	for _, e := range h.tools {
-		out = append(out, loop.Tool{Tool: e.tool, Disabled: h.disabled(e)})
+		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.spec.NeedsApproval, Disabled: h.disabled(e)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -306,9 +306,6 @@ func (h *Host) disabled(e *toolEntry) string {
 	}
 	if d := time.Until(next); st == StatusRestarting && d > 0 {
 		return fmt.Sprintf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
-	}
-	if e.spec.NeedsApproval {
-		return "needs the user's approval before each call, which this daemon cannot ask for yet"
 	}
 	return ""
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -21,15 +22,17 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/store"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
 // MaxBodyBytes bounds a request body.
 const MaxBodyBytes = 1 << 20
 
-// Turns runs chat turns.
+// Turns runs chat turns, and resumes those paused for an approval.
 type Turns interface {
 	Run(ctx context.Context, conv *convo.Conversation, message string, obs loop.Observer) (*loop.Result, error)
+	Resume(ctx context.Context, conv *convo.Conversation, d loop.Decision, obs loop.Observer) (*loop.Result, error)
 }
 
 // Catalog tells what the model can use now.
@@ -50,17 +53,32 @@ type PluginLister interface {
 	Starting() []string
 }
 
-// Server is the HTTP API.
+// Limits bound what one client can ask of the daemon.
+type Limits struct {
+	MaxMessageChars    int           // a chat message's length
+	MaxConcurrentTurns int           // turns running at once, streams included
+	ApprovalTTL        time.Duration // how long an action request can be answered
+}
+
+// DefaultLimits are the limits when the daemon's settings leave them.
+var DefaultLimits = Limits{MaxMessageChars: 8000, MaxConcurrentTurns: 16, ApprovalTTL: 10 * time.Minute}
+
+// Server is the HTTP API. Fill the fields, then call Handler once.
 type Server struct {
-	Turns    Turns
-	Catalog  Catalog
-	Model    Checker
-	Sessions Sessions
-	Plugins  PluginLister // nil when the daemon runs without plugins
+	Turns   Turns
+	Catalog Catalog
+	Model   Checker
+	Store   *store.Store
+	Plugins PluginLister // nil when the daemon runs without plugins
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
-	Token string
-	Log   *slog.Logger
+	Token  string
+	Limits Limits
+	Log    *slog.Logger
+
+	slots chan struct{}   // one per running turn
+	mu    sync.Mutex      // guards busy
+	busy  map[string]bool // sessions with a running turn
 }
 
 // Step is one step of a turn as the API shows it.
@@ -68,8 +86,18 @@ type Step = loop.Step
 
 // Handler returns the API's routes, each response carrying X-Trace-Id.
 func (s *Server) Handler() http.Handler {
+	if s.Limits == (Limits{}) {
+		s.Limits = DefaultLimits
+	}
+	s.slots = make(chan struct{}, s.Limits.MaxConcurrentTurns)
+	s.busy = map[string]bool{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat", s.chat)
+	mux.HandleFunc("POST /v1/chat/respond", s.respond)
+	mux.HandleFunc("GET /v1/sessions", s.listSessions)
+	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	mux.HandleFunc("PATCH /v1/sessions/{id}", s.renameSession)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /v1/tools", s.tools)
@@ -164,85 +192,9 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-// ChatRequest is the body of POST /v1/chat.
-type ChatRequest struct {
-	Message   string `json:"message"`
-	SessionID string `json:"session_id,omitempty"`
-}
-
-// ChatResponse is the answer of POST /v1/chat.
-type ChatResponse struct {
-	SessionID string    `json:"session_id"`
-	TraceID   string    `json:"trace_id"`
-	Answer    string    `json:"answer"`
-	Forced    bool      `json:"forced,omitempty"`
-	Steps     []Step    `json:"steps"`
-	Usage     llm.Usage `json:"usage"`
-}
-
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req ChatRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if strings.TrimSpace(req.Message) == "" {
-		s.fail(w, r, http.StatusBadRequest, "invalid_request", "message must not be empty", false)
-		return
-	}
-	ctx := r.Context()
-	sess, err := s.Sessions.Begin(ctx, req.SessionID)
-	switch {
-	case errors.Is(err, ErrSessionNotFound):
-		s.fail(w, r, http.StatusNotFound, "session_not_found", fmt.Sprintf("no session %q; omit session_id to start a new one", req.SessionID), false)
-		return
-	case errors.Is(err, ErrSessionBusy):
-		s.fail(w, r, http.StatusConflict, "session_busy", "a turn is already running in this session; retry when it ends", true)
-		return
-	case err != nil:
-		s.internal(w, r, fmt.Errorf("opening session: %w", err))
-		return
-	}
-	res, runErr := s.Turns.Run(ctx, &sess.Conv, req.Message, nil)
-	// The session keeps what happened even when the turn failed: tools may
-	// have acted, and the model should know on the next turn.
-	if err := s.Sessions.End(context.WithoutCancel(ctx), sess); err != nil {
-		s.log().ErrorContext(ctx, "saving session", "session_id", sess.ID, "err", err)
-	}
-	if runErr != nil {
-		s.turnFailed(w, r, runErr)
-		return
-	}
-	s.reply(w, http.StatusOK, ChatResponse{
-		SessionID: sess.ID,
-		TraceID:   res.TraceID,
-		Answer:    res.Answer,
-		Forced:    res.Forced,
-		Steps:     res.Steps,
-		Usage:     res.Usage,
-	})
-}
-
-// turnFailed maps a turn's error to a status and a code a client can act on.
-func (s *Server) turnFailed(w http.ResponseWriter, r *http.Request, err error) {
-	var invalid *loop.InvalidReplyError
-	switch {
-	case errors.Is(err, llm.ErrModelMissing):
-		s.fail(w, r, http.StatusServiceUnavailable, "model_missing", err.Error(), false)
-	case errors.Is(err, llm.ErrUnavailable):
-		s.fail(w, r, http.StatusServiceUnavailable, "model_unavailable", err.Error(), true)
-	case errors.As(err, &invalid):
-		s.fail(w, r, http.StatusBadGateway, "invalid_model_reply", err.Error(), false)
-	case errors.Is(err, llm.ErrBadResponse):
-		s.fail(w, r, http.StatusBadGateway, "model_error", err.Error(), true)
-	case errors.Is(err, context.DeadlineExceeded):
-		s.fail(w, r, http.StatusGatewayTimeout, "timeout", err.Error(), true)
-	case r.Context().Err() != nil:
-		// The client left; nobody reads this, but the log should say so.
-		s.log().InfoContext(r.Context(), "turn cancelled by client", "err", err)
-	default:
-		s.internal(w, r, err)
-	}
-}
+// Unwrap lets http.ResponseController reach the real writer (to flush a
+// stream).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, http.StatusOK, map[string]string{"status": "ok"})

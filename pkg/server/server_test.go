@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/server"
+	"github.com/mmcpd/mmcpd/pkg/store"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
@@ -54,7 +56,12 @@ func start(t *testing.T, token string, script ...ollamatest.Reply) *env {
 	logs := &syncBuffer{}
 	log := slog.New(trace.Handler{Handler: slog.NewJSONHandler(logs, nil)})
 	runner := &loop.Runner{Model: model, Config: loop.DefaultConfig, Log: log}
-	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Sessions: server.NewMemory(), Token: token, Log: log}
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Token: token, Log: log}
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(ts.Close)
 	return &env{fake: fake, url: ts.URL, logs: logs}

@@ -1,98 +1,159 @@
 package server
 
 import (
-	"context"
-	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/store"
 )
 
-// Errors a session store returns.
-var (
-	ErrSessionNotFound = errors.New("session not found")
-	ErrSessionBusy     = errors.New("session busy: a turn is already running in it")
-)
-
-// Sessions holds conversations between turns.
-type Sessions interface {
-	// Begin starts a turn: it returns the session (a new one when id is
-	// empty) for the caller's exclusive use until End. A session whose turn is
-	// running gives ErrSessionBusy at once.
-	Begin(ctx context.Context, id string) (*Session, error)
-	// End saves the session and lets the next turn in.
-	End(ctx context.Context, s *Session) error
+// SessionList is the answer of GET /v1/sessions.
+type SessionList struct {
+	Sessions   []store.Session `json:"sessions"`
+	NextCursor string          `json:"next_cursor,omitempty"`
 }
 
-// Session is one conversation.
-type Session struct {
-	ID      string
-	Conv    convo.Conversation
-	Created time.Time
-	Updated time.Time
+// SessionView is a session as a person reads it: each turn's question, the
+// tool steps and their results, and the answer.
+type SessionView struct {
+	store.Session
+	Turns []TurnView `json:"turns"`
 }
 
-// Memory is a Sessions kept in memory: they last as long as the process.
-type Memory struct {
-	mu       sync.Mutex
-	sessions map[string]*memSession
+// TurnView is one turn of a SessionView.
+type TurnView struct {
+	TraceID string     `json:"trace_id"`
+	Status  string     `json:"status"`
+	Error   string     `json:"error,omitempty"`
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended,omitempty"`
+	Items   []Item     `json:"items"`
 }
 
-type memSession struct {
-	busy bool
-	s    Session
+// Item is one entry of a turn: "user", "tool_call", "tool_result" or
+// "assistant".
+type Item struct {
+	Type    string          `json:"type"`
+	Content string          `json:"content,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Thought string          `json:"thought,omitempty"`
 }
 
-// NewMemory returns an empty in-memory session store.
-func NewMemory() *Memory { return &Memory{sessions: map[string]*memSession{}} }
-
-// Begin implements Sessions.
-func (m *Memory) Begin(_ context.Context, id string) (*Session, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if id == "" {
-		now := time.Now()
-		ms := &memSession{busy: true, s: Session{ID: newID(), Created: now, Updated: now}}
-		m.sessions[ms.s.ID] = ms
-		s := ms.s
-		return &s, nil
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	limit := 20
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			s.fail(w, r, http.StatusBadRequest, "invalid_request", "limit must be an integer from 1 to 100", false)
+			return
+		}
+		limit = n
 	}
-	ms, ok := m.sessions[id]
+	page, next, err := s.Store.Sessions(r.Context(), r.URL.Query().Get("cursor"), limit)
+	if errors.Is(err, store.ErrBadCursor) {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "cursor is not one this API returned", false)
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if page == nil {
+		page = []store.Session{}
+	}
+	s.reply(w, http.StatusOK, SessionList{Sessions: page, NextCursor: next})
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r, r.PathValue("id"), "")
 	if !ok {
-		return nil, fmt.Errorf("session %q: %w", id, ErrSessionNotFound)
+		return
 	}
-	if ms.busy {
-		return nil, fmt.Errorf("session %q: %w", id, ErrSessionBusy)
+	turns, err := s.Store.Turns(r.Context(), sess.ID)
+	if err != nil {
+		s.internal(w, r, err)
+		return
 	}
-	ms.busy = true
-	s := ms.s
-	s.Conv.Messages = append([]convo.Message(nil), ms.s.Conv.Messages...)
-	return &s, nil
+	view := SessionView{Session: sess, Turns: []TurnView{}}
+	for _, t := range turns {
+		view.Turns = append(view.Turns, turnView(t))
+	}
+	s.reply(w, http.StatusOK, view)
 }
 
-// End implements Sessions.
-func (m *Memory) End(_ context.Context, s *Session) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ms, ok := m.sessions[s.ID]
-	if !ok {
-		return fmt.Errorf("session %q: %w", s.ID, ErrSessionNotFound)
+// turnView renders a stored turn for people: decisions become tool calls
+// and the answer, observations their results.
+func turnView(t store.Turn) TurnView {
+	v := TurnView{TraceID: t.TraceID, Status: t.Status, Error: t.Error, Started: t.Started, Ended: t.Ended,
+		Items: []Item{{Type: "user", Content: t.Message}}}
+	for _, m := range t.Messages {
+		switch m.Role {
+		case convo.Assistant:
+			var d schema.Decision
+			if json.Unmarshal([]byte(m.Content), &d) != nil {
+				continue
+			}
+			if d.Final() {
+				v.Items = append(v.Items, Item{Type: "assistant", Content: d.Answer(), Thought: d.Thought})
+			} else {
+				v.Items = append(v.Items, Item{Type: "tool_call", Tool: d.Action, Args: d.Args, Thought: d.Thought})
+			}
+		case convo.Observation:
+			v.Items = append(v.Items, Item{Type: "tool_result", Tool: m.Tool, Content: m.Content})
+		}
 	}
-	s.Updated = time.Now()
-	ms.s = *s
-	ms.busy = false
-	return nil
+	return v
 }
 
-// newID returns a random (version 4) UUID: unguessable, since knowing a
-// session id is enough to read and continue it.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+func (s *Server) renameSession(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Title string `json:"title"`
+	}
+	if !s.decode(w, r, &req) {
+		return
+	}
+	title := strings.TrimSpace(req.Title)
+	if title == "" || utf8.RuneCountInString(title) > 200 {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "title must be 1 to 200 characters", false)
+		return
+	}
+	id := r.PathValue("id")
+	if err := s.Store.Rename(r.Context(), id, title); err != nil {
+		s.sessionError(w, r, id, err)
+		return
+	}
+	sess, ok := s.session(w, r, id, "")
+	if ok {
+		s.reply(w, http.StatusOK, sess)
+	}
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !s.lock(w, r, id) { // never pull a session out from under its turn
+		return
+	}
+	defer s.unlock(id)
+	if err := s.Store.Delete(r.Context(), id); err != nil {
+		s.sessionError(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) sessionError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if errors.Is(err, store.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, "session_not_found", fmt.Sprintf("no session %q", id), false)
+		return
+	}
+	s.internal(w, r, err)
 }

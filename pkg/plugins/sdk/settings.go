@@ -225,3 +225,11 @@ func processProblem(err error, vars []variable) string {
 	}
 	return oneLine(err.Error(), 200) // envconfig's other errors quote no value
 }
+
+// SettingProblem reports a setting whose value parsed but cannot work (a URL
+// that is not http, a key of the wrong shape). Like a missing required
+// setting, it puts the plugin's tools on standby, and the daemon shows msg
+// as the reason: name the full variable, never quote a secret.
+func (p *Plugin) SettingProblem(msg string) {
+	p.settings.problems = append(p.settings.problems, msg)
+}

@@ -191,3 +191,20 @@ func TestSettingsMistakes(t *testing.T) {
 		}
 	}
 }
+
+func TestSettingProblem(t *testing.T) {
+	p := New("tmdb", "1.0.0")
+	p.SettingProblem("MMCP_PLUGIN_TMDB_BASE_URL: \"ftp://x\" is not an http(s) URL")
+	Tool(p, "tmdb_ping", "ping", func(context.Context, struct{}) (string, error) { return "pong", nil })
+	d, err := p.Server().Describe(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.SettingProblems) != 1 || d.SettingProblems[0] != "MMCP_PLUGIN_TMDB_BASE_URL: \"ftp://x\" is not an http(s) URL" {
+		t.Errorf("problems = %q", d.SettingProblems)
+	}
+	r, err := p.Server().Call(context.Background(), &pluginpb.CallRequest{Tool: "tmdb_ping", Args: []byte(`{}`)})
+	if err != nil || !strings.Contains(r.Error, "its settings need fixing: MMCP_PLUGIN_TMDB_BASE_URL") {
+		t.Errorf("call on standby: %v %v", r, err)
+	}
+}

@@ -1,0 +1,342 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/llm"
+	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/store"
+	"github.com/mmcpd/mmcpd/pkg/trace"
+)
+
+// ChatRequest is the body of POST /v1/chat.
+type ChatRequest struct {
+	Message   string `json:"message"`
+	SessionID string `json:"session_id,omitempty"`
+}
+
+// RespondRequest is the body of POST /v1/chat/respond.
+type RespondRequest struct {
+	SessionID  string `json:"session_id"`
+	ApprovalID string `json:"approval_id"`
+	Decision   string `json:"decision"` // approve or deny
+}
+
+// ChatResponse ends a turn: an answer, or an action request waiting for the
+// user's decision.
+type ChatResponse struct {
+	Type      string    `json:"type"` // "answer" or "action_request"
+	SessionID string    `json:"session_id"`
+	TraceID   string    `json:"trace_id"`
+	Answer    string    `json:"answer,omitempty"`
+	Forced    bool      `json:"forced,omitempty"`
+	Steps     []Step    `json:"steps"`
+	Usage     llm.Usage `json:"usage"`
+	ActionRequest
+}
+
+// ActionRequest is the part of a ChatResponse that asks for approval.
+type ActionRequest struct {
+	ApprovalID  string          `json:"approval_id,omitempty"`
+	Tool        string          `json:"tool,omitempty"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	Explanation string          `json:"explanation,omitempty"`
+}
+
+// Response types.
+const (
+	TypeAnswer        = "answer"
+	TypeActionRequest = "action_request"
+)
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req ChatRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Message) == "" {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "message must not be empty", false)
+		return
+	}
+	if n := utf8.RuneCountInString(req.Message); n > s.Limits.MaxMessageChars {
+		s.fail(w, r, http.StatusBadRequest, "message_too_long", fmt.Sprintf("message has %d characters; at most %d (MMCP_MAX_MESSAGE_CHARS)", n, s.Limits.MaxMessageChars), false)
+		return
+	}
+	release, ok := s.slot(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	sess, ok := s.session(w, r, req.SessionID, req.Message)
+	if !ok {
+		return
+	}
+	if !s.lock(w, r, sess.ID) {
+		return
+	}
+	defer s.unlock(sess.ID)
+
+	// A new message answers a pending approval with "not now": close it, so
+	// the model reads that the call never ran.
+	if err := s.supersede(ctx, sess.ID); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	turns, err := s.Store.Turns(ctx, sess.ID)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	conv := store.Conversation(turns)
+	before := len(conv.Messages) + 1 // the user message lives in the turn's own row
+	turn, err := s.Store.StartTurn(ctx, sess.ID, trace.ID(ctx), req.Message)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := s.output(w, r)
+	res, runErr := s.Turns.Run(ctx, &conv, req.Message, out.event)
+	s.finish(w, r, out, sess.ID, turn, &conv, before, res, runErr)
+}
+
+func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
+	var req RespondRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if req.Decision != "approve" && req.Decision != "deny" {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", `decision must be "approve" or "deny"`, false)
+		return
+	}
+	if req.SessionID == "" || req.ApprovalID == "" {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "session_id and approval_id are required", false)
+		return
+	}
+	release, ok := s.slot(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	sess, ok := s.session(w, r, req.SessionID, "")
+	if !ok {
+		return
+	}
+	if !s.lock(w, r, sess.ID) {
+		return
+	}
+	defer s.unlock(sess.ID)
+
+	status := store.ApprovalApproved
+	if req.Decision == "deny" {
+		status = store.ApprovalDenied
+	}
+	a, err := s.Store.ClaimApproval(ctx, sess.ID, req.ApprovalID, status)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, "approval_not_found", fmt.Sprintf("no approval %q in this session", req.ApprovalID), false)
+		return
+	case errors.Is(err, store.ErrApprovalUsed):
+		s.fail(w, r, http.StatusConflict, "approval_used", "this approval was already answered; nothing was run", false)
+		return
+	case errors.Is(err, store.ErrApprovalExpired):
+		s.fail(w, r, http.StatusConflict, "approval_expired", "this approval expired (MMCP_APPROVAL_TTL); nothing was run; ask again", false)
+		return
+	case err != nil:
+		s.internal(w, r, err)
+		return
+	}
+	turns, err := s.Store.Turns(ctx, sess.ID)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	conv := store.Conversation(turns)
+	call, ok := pendingCall(conv, a)
+	if !ok {
+		s.internal(w, r, fmt.Errorf("approval %s: the conversation does not end with its call", a.ID))
+		return
+	}
+	if err := s.Store.SetTurnStatus(ctx, a.Turn, store.TurnRunning); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := s.output(w, r)
+	before := len(conv.Messages)
+	res, runErr := s.Turns.Resume(ctx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, out.event)
+	s.finish(w, r, out, sess.ID, a.Turn, &conv, before, res, runErr)
+}
+
+// pendingCall reads the call an approval is for from the end of the
+// conversation, where the paused turn left it.
+func pendingCall(conv convo.Conversation, a store.Approval) (loop.ActionRequest, bool) {
+	n := len(conv.Messages)
+	if n == 0 {
+		return loop.ActionRequest{}, false
+	}
+	last := conv.Messages[n-1]
+	if last.Role != convo.Assistant || last.Tool != a.Tool {
+		return loop.ActionRequest{}, false
+	}
+	var d struct {
+		Thought string          `json:"thought"`
+		Args    json.RawMessage `json:"args"`
+	}
+	if json.Unmarshal([]byte(last.Content), &d) != nil {
+		return loop.ActionRequest{}, false
+	}
+	return loop.ActionRequest{Tool: a.Tool, Args: d.Args, Thought: d.Thought}, true
+}
+
+// finish commits what the turn added and answers the client.
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, session string, turn int64, conv *convo.Conversation, before int, res *loop.Result, runErr error) {
+	ctx := context.WithoutCancel(r.Context()) // a client that left still gets its turn recorded
+	added := conv.Messages[min(before, len(conv.Messages)):]
+	status, errMsg := store.TurnDone, ""
+	switch {
+	case runErr != nil && r.Context().Err() != nil:
+		status, errMsg = store.TurnCancelled, "the client went away"
+	case runErr != nil:
+		status, errMsg = store.TurnFailed, runErr.Error()
+	case res.Pending != nil:
+		status = store.TurnAwaiting
+	}
+	if err := s.Store.CommitTurn(ctx, turn, status, errMsg, added); err != nil {
+		s.log().ErrorContext(ctx, "recording the turn", "session_id", session, "err", err)
+		if runErr == nil {
+			out.failInternal(fmt.Errorf("recording the turn: %w", err))
+			return
+		}
+	}
+	if runErr != nil {
+		out.turnFailed(runErr)
+		return
+	}
+	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Steps: res.Steps, Usage: res.Usage}
+	if p := res.Pending; p != nil {
+		a, err := s.Store.CreateApproval(ctx, session, turn, p.Tool, string(p.Args), s.Limits.ApprovalTTL)
+		if err != nil {
+			out.failInternal(err)
+			return
+		}
+		resp.Type = TypeActionRequest
+		resp.ActionRequest = ActionRequest{ApprovalID: a.ID, Tool: p.Tool, Args: p.Args, Explanation: Explain(p.Thought)}
+	}
+	out.done(resp)
+}
+
+// supersede closes the session's pending approvals: each paused turn gets an
+// observation saying the call did not run.
+func (s *Server) supersede(ctx context.Context, session string) error {
+	old, err := s.Store.SupersedeApprovals(ctx, session)
+	if err != nil {
+		return err
+	}
+	for _, a := range old {
+		msg := convo.Message{Role: convo.Observation, Tool: a.Tool,
+			Content: a.Tool + " was not run: the user sent a new message instead of approving it."}
+		if err := s.Store.CommitTurn(ctx, a.Turn, store.TurnCancelled, "approval superseded by a new message", []convo.Message{msg}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	links  = regexp.MustCompile(`(?i)\b(?:https?|ftp|magnet):\S+|www\.\S+`)
+	tags   = regexp.MustCompile(`<[^>]*>`)
+	markup = strings.NewReplacer("*", "", "_", " ", "`", "", "#", "", "[", "", "]", "", "(", "", ")", "", ">", "", "|", " ", "~", "")
+)
+
+// Explain turns the model's thought into the explanation shown next to an
+// approval: plain words, no links or markup that could dress up a request.
+func Explain(thought string) string {
+	t := links.ReplaceAllString(thought, "")
+	t = tags.ReplaceAllString(t, "")
+	t = markup.Replace(t)
+	t = strings.Join(strings.Fields(t), " ")
+	if utf8.RuneCountInString(t) > 500 {
+		t = string([]rune(t)[:500]) + "…"
+	}
+	return t
+}
+
+// slot takes one of the concurrent-turn slots, or answers 503.
+func (s *Server) slot(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, true
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, "too_busy", fmt.Sprintf("%d turns are running (MMCP_MAX_CONCURRENT_TURNS); try again shortly", s.Limits.MaxConcurrentTurns), true)
+		return nil, false
+	}
+}
+
+// session finds the session id names, or creates one titled after message
+// when id is empty.
+func (s *Server) session(w http.ResponseWriter, r *http.Request, id, message string) (store.Session, bool) {
+	ctx := r.Context()
+	if id == "" {
+		sess, err := s.Store.CreateSession(ctx, store.Title(message))
+		if err != nil {
+			s.internal(w, r, err)
+			return store.Session{}, false
+		}
+		return sess, true
+	}
+	sess, err := s.Store.Session(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, "session_not_found", fmt.Sprintf("no session %q; omit session_id to start a new one", id), false)
+		return store.Session{}, false
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return store.Session{}, false
+	}
+	return sess, true
+}
+
+// lock gives the caller the session's one turn, or answers 409 at once.
+func (s *Server) lock(w http.ResponseWriter, r *http.Request, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[id] {
+		s.fail(w, r, http.StatusConflict, "session_busy", "a turn is already running in this session; retry when it ends", true)
+		return false
+	}
+	s.busy[id] = true
+	return true
+}
+
+func (s *Server) unlock(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.busy, id)
+}
+
+// turnFailed maps a turn's error to a status and a code a client can act on.
+func turnError(err error) (status int, code string, retryable bool) {
+	var invalid *loop.InvalidReplyError
+	switch {
+	case errors.Is(err, llm.ErrModelMissing):
+		return http.StatusServiceUnavailable, "model_missing", false
+	case errors.Is(err, llm.ErrUnavailable):
+		return http.StatusServiceUnavailable, "model_unavailable", true
+	case errors.As(err, &invalid):
+		return http.StatusBadGateway, "invalid_model_reply", false
+	case errors.Is(err, llm.ErrBadResponse):
+		return http.StatusBadGateway, "model_error", true
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout", true
+	}
+	return http.StatusInternalServerError, "internal", true
+}
