@@ -3,6 +3,8 @@ package loop
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/mmcpd/mmcpd/pkg/llm"
 )
 
 // Observer receives a turn's events as they happen, on the turn's goroutine.
@@ -39,4 +41,6 @@ type Event struct {
 	Answer      string          `json:"answer,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	Duration    time.Duration   `json:"duration_ns,omitempty"`
+	// Usage is the model call's, on model_reply events.
+	Usage *llm.Usage `json:"usage,omitempty"`
 }

@@ -75,6 +75,9 @@ type Runner struct {
 	Context ContextSource // nil means no runtime context
 	Config  Config
 	Log     *slog.Logger // nil means slog.Default()
+	// Events, when set, sees every turn's events, besides the observer the
+	// turn was given: for what watches all turns (metrics).
+	Events Observer
 
 	unions schema.Cache
 }
@@ -325,7 +328,7 @@ func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string
 			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: model call: %w", n, err)
 		}
 		t.res.Usage.Add(reply.Usage)
-		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Duration: time.Since(callStart)})
+		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Duration: time.Since(callStart), Usage: &reply.Usage})
 
 		d, err := decodeSafely(u, reply.Content)
 		if err == nil {
@@ -410,11 +413,16 @@ func (t *turn) call(ctx context.Context, name string, args json.RawMessage) (out
 }
 
 func (t *turn) emit(e Event) {
-	if t.obs == nil {
+	if t.obs == nil && t.Events == nil {
 		return
 	}
 	e.TraceID = t.res.TraceID
-	t.obs(e)
+	if t.Events != nil {
+		t.Events(e)
+	}
+	if t.obs != nil {
+		t.obs(e)
+	}
 }
 
 func (t *turn) logStep(ctx context.Context, st Step, modelTime, toolTime time.Duration) {
