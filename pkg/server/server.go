@@ -112,7 +112,7 @@ func (s *Server) unrouted(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
-			h.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r) // through the mux, which sets the path values
 			return
 		}
 		probe := &probeWriter{header: http.Header{}, Code: http.StatusNotFound}

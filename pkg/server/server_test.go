@@ -41,12 +41,25 @@ func (s *syncBuffer) String() string {
 }
 
 type env struct {
-	fake *ollamatest.Server
-	url  string
-	logs *syncBuffer
+	fake  *ollamatest.Server
+	url   string
+	logs  *syncBuffer
+	store *store.Store
 }
 
 func start(t *testing.T, token string, script ...ollamatest.Reply) *env {
+	t.Helper()
+	return startWith(t, options{token: token}, script...)
+}
+
+// options vary the server start builds.
+type options struct {
+	token  string
+	tools  loop.Tools
+	limits server.Limits
+}
+
+func startWith(t *testing.T, o options, script ...ollamatest.Reply) *env {
 	t.Helper()
 	fake := ollamatest.New(t, script...)
 	model, err := llm.New(llm.Options{Host: fake.URL, Model: "test-model", Retries: 1, Backoff: time.Millisecond})
@@ -55,16 +68,16 @@ func start(t *testing.T, token string, script ...ollamatest.Reply) *env {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(trace.Handler{Handler: slog.NewJSONHandler(logs, nil)})
-	runner := &loop.Runner{Model: model, Config: loop.DefaultConfig, Log: log}
+	runner := &loop.Runner{Model: model, Tools: o.tools, Config: loop.DefaultConfig, Log: log}
 	st, err := store.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Token: token, Log: log}
+	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Token: o.token, Limits: o.limits, Log: log}
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(ts.Close)
-	return &env{fake: fake, url: ts.URL, logs: logs}
+	return &env{fake: fake, url: ts.URL, logs: logs, store: st}
 }
 
 func final(answer string) ollamatest.Reply {
