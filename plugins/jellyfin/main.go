@@ -34,6 +34,9 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	var cfg settings
 	p.Settings(&cfg)
 	jf, err := newJellyfin(cfg, timeout)
+	if err != nil {
+		p.SettingProblem(err.Error()) // standby, with the reason, in the daemon's listings
+	}
 
 	sdk.Tool(p, "jellyfin_search",
 		"Search the Jellyfin library for films, series, episodes or music albums by name: whether each is in the library and whether it was watched",

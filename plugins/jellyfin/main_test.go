@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -217,8 +218,13 @@ func TestMissingSettings(t *testing.T) {
 func TestBadURL(t *testing.T) {
 	s := server(t, "jellyfin.lan:8096", "", time.Second)
 	_, e := call(t, s, "jellyfin_latest", `{}`)
-	if want := `MMCP_PLUGIN_JELLYFIN_URL: "jellyfin.lan:8096" is not an http(s) URL`; e != want {
-		t.Errorf("error %q, want %q", e, want)
+	want := `MMCP_PLUGIN_JELLYFIN_URL: "jellyfin.lan:8096" is not an http(s) URL`
+	if !strings.HasSuffix(e, want) {
+		t.Errorf("error %q, want it to end with %q", e, want)
+	}
+	// The daemon learns it from Describe and puts the plugin on standby.
+	if d, err := s.Describe(context.Background(), &pluginpb.DescribeRequest{}); err != nil || !slices.Contains(d.SettingProblems, want) {
+		t.Errorf("setting problems %q (%v)", d.GetSettingProblems(), err)
 	}
 }
 

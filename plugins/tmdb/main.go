@@ -36,6 +36,9 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	var cfg settings
 	p.Settings(&cfg)
 	api, err := newAPI(cfg, timeout)
+	if err != nil {
+		p.SettingProblem(err.Error()) // standby, with the reason, in the daemon's listings
+	}
 
 	sdk.Tool(p, "tmdb_search",
 		"Search TMDB (The Movie Database) for a film or TV show by title: the top matches with their TMDB ids, years, short overviews and ratings",

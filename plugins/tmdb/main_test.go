@@ -311,8 +311,13 @@ func TestBadSettings(t *testing.T) {
 			base = f.URL + "/3"
 		}
 		s := newPluginWith(t, map[string]string{"API_KEY": tt.key, "BASE_URL": base})
+		// The daemon learns it from Describe and puts the plugin on standby.
+		d, err := s.Describe(context.Background(), &pluginpb.DescribeRequest{})
+		if err != nil || len(d.SettingProblems) != 1 || !strings.HasPrefix(d.SettingProblems[0], tt.want) || strings.Contains(d.SettingProblems[0], tt.key) {
+			t.Errorf("key %q base %q: setting problems %q (%v)\nwant %q", tt.key, tt.base, d.GetSettingProblems(), err, tt.want)
+		}
 		r := call(t, s, "tmdb_search", `{"query":"Dune"}`)
-		if !strings.HasPrefix(r.Error, tt.want) || strings.Contains(r.Error, tt.key) || len(f.requests()) != 0 {
+		if !strings.Contains(r.Error, tt.want) || strings.Contains(r.Error, tt.key) || len(f.requests()) != 0 {
 			t.Errorf("key %q base %q: %q, %d requests\nwant %q", tt.key, tt.base, r.Error, len(f.requests()), tt.want)
 		}
 	}

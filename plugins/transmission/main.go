@@ -33,9 +33,10 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	p := sdk.New("transmission", version)
 	var cfg settings
 	p.Settings(&cfg)
-	// A bad URL is not a problem the SDK can report at start, so every tool
-	// reports it instead.
 	rpc, err := newRPCClient(cfg.URL, cfg.Username, cfg.Password, timeout)
+	if err != nil {
+		p.SettingProblem(err.Error()) // standby, with the reason, in the daemon's listings
+	}
 	t := &transmission{rpc: rpc, err: err}
 
 	sdk.Tool(p, "transmission_list", "List Transmission's torrents with progress, speed, ETA and status", t.list)

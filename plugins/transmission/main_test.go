@@ -627,8 +627,13 @@ func TestUnreachable(t *testing.T) {
 func TestBadURLSetting(t *testing.T) {
 	t.Setenv(envURL, "ftp://nas:9091/transmission/rpc")
 	want := `MMCP_PLUGIN_TRANSMISSION_URL: "ftp://nas:9091/transmission/rpc" is not an http(s) URL`
-	if r := callTool(t, newPlugin(5*time.Second).Server(), "transmission_list", `{}`); r.Error != want {
-		t.Errorf("bad URL: %q\nwant %q", r.Error, want)
+	s := newPlugin(5 * time.Second).Server()
+	if r := callTool(t, s, "transmission_list", `{}`); !strings.HasSuffix(r.Error, want) {
+		t.Errorf("bad URL: %q\nwant it to end with %q", r.Error, want)
+	}
+	// The daemon learns it from Describe and puts the plugin on standby.
+	if d, err := s.Describe(context.Background(), &pluginpb.DescribeRequest{}); err != nil || len(d.SettingProblems) != 1 || d.SettingProblems[0] != want {
+		t.Errorf("setting problems %q (%v)", d.GetSettingProblems(), err)
 	}
 }
 

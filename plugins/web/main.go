@@ -35,6 +35,9 @@ func newPlugin(h hooks) *sdk.Plugin {
 	var cfg settings
 	p.Settings(&cfg)
 	f, err := newFetcher(cfg, h)
+	if err != nil {
+		p.SettingProblem(err.Error()) // standby, with the reason, in the daemon's listings
+	}
 	sdk.Tool(p, "web_fetch",
 		"Read a public web page over https: its title and readable text (or the raw text of a non-HTML document). Addresses on this machine or the local network are refused",
 		func(ctx context.Context, a fetchArgs) (json.RawMessage, error) {

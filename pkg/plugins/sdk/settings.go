@@ -24,6 +24,8 @@ type settingsState struct {
 	list     []*pluginpb.Setting
 	problems []string
 	secrets  []string
+	// parseFailed is set when Settings itself found problems.
+	parseFailed bool
 }
 
 // variable is one setting as envconfig itself sees it.
@@ -100,6 +102,7 @@ func (p *Plugin) Settings(ptr any) {
 		probes[i] = probe
 	}
 	if len(st.problems) > 0 {
+		st.parseFailed = true
 		// Fill what did parse, so that providers not needing the broken
 		// settings keep working.
 		for i, v := range vars {
@@ -113,6 +116,7 @@ func (p *Plugin) Settings(ptr any) {
 	if err := envconfig.Process(prefix, ptr); err != nil {
 		st.problems = append(st.problems, processProblem(err, vars))
 	}
+	st.parseFailed = len(st.problems) > 0
 }
 
 // gather lists the variables through envconfig's usage template, so the names
@@ -229,7 +233,12 @@ func processProblem(err error, vars []variable) string {
 // SettingProblem reports a setting whose value parsed but cannot work (a URL
 // that is not http, a key of the wrong shape). Like a missing required
 // setting, it puts the plugin's tools on standby, and the daemon shows msg
-// as the reason: name the full variable, never quote a secret.
+// as the reason: name the full variable, never quote a secret. It is
+// ignored when Settings already found a problem: a missing or unparsable
+// value is the one to fix first, and its zero value would only add noise.
 func (p *Plugin) SettingProblem(msg string) {
+	if p.settings.parseFailed {
+		return
+	}
 	p.settings.problems = append(p.settings.problems, msg)
 }

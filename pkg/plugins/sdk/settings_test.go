@@ -208,3 +208,20 @@ func TestSettingProblem(t *testing.T) {
 		t.Errorf("call on standby: %v %v", r, err)
 	}
 }
+
+// A value that did not parse is the problem to fix first: the plugin's own
+// check of its zero value is not reported beside it.
+func TestSettingProblemAfterAParseProblem(t *testing.T) {
+	t.Setenv("MMCP_PLUGIN_WEB_TIMEOUT", "soon")
+	p := New("web", "1.0.0")
+	var cfg struct {
+		Timeout time.Duration `default:"15s"`
+	}
+	p.Settings(&cfg)
+	p.SettingProblem("MMCP_PLUGIN_WEB_TIMEOUT must be a positive duration")
+	Tool(p, "web_ping", "ping", func(context.Context, struct{}) (string, error) { return "pong", nil })
+	d, _ := p.Server().Describe(context.Background(), nil)
+	if len(d.SettingProblems) != 1 || !strings.Contains(d.SettingProblems[0], `invalid duration "soon"`) {
+		t.Errorf("problems = %q", d.SettingProblems)
+	}
+}
