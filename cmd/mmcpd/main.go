@@ -21,6 +21,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/config"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/metrics"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
 	"github.com/mmcpd/mmcpd/pkg/store"
@@ -211,6 +212,8 @@ func serve(stderr io.Writer) error {
 	}
 	cancel()
 
+	m := metrics.New(metrics.Sources{Plugins: d.host.Plugins, Sessions: st.SessionCount})
+	d.runner.Events = m.Observe
 	api := &server.Server{
 		Turns:   d.runner,
 		Catalog: d.runner,
@@ -222,8 +225,10 @@ func serve(stderr io.Writer) error {
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
 			ApprovalTTL:        cfg.ApprovalTTL,
 		},
-		Token: cfg.APIToken.Reveal(),
-		Log:   log,
+		Token:    cfg.APIToken.Reveal(),
+		Log:      log,
+		Metrics:  m.Handler(),
+		TurnDone: m.TurnDone,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -201,14 +201,17 @@ func pendingCall(conv convo.Conversation, a store.Approval) (loop.ActionRequest,
 func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, session string, turn int64, conv *convo.Conversation, before int, res *loop.Result, runErr error) {
 	ctx := context.WithoutCancel(r.Context()) // a client that left still gets its turn recorded
 	added := conv.Messages[min(before, len(conv.Messages)):]
-	status, errMsg := store.TurnDone, ""
+	status, errMsg, outcome := store.TurnDone, "", TypeAnswer
 	switch {
 	case runErr != nil && r.Context().Err() != nil:
-		status, errMsg = store.TurnCancelled, "the client went away"
+		status, errMsg, outcome = store.TurnCancelled, "the client went away", "cancelled"
 	case runErr != nil:
-		status, errMsg = store.TurnFailed, runErr.Error()
+		status, errMsg, outcome = store.TurnFailed, runErr.Error(), "failed"
 	case res.Pending != nil:
-		status = store.TurnAwaiting
+		status, outcome = store.TurnAwaiting, TypeActionRequest
+	}
+	if s.TurnDone != nil {
+		s.TurnDone(outcome)
 	}
 	if err := s.Store.CommitTurn(ctx, turn, status, errMsg, added); err != nil {
 		s.log().ErrorContext(ctx, "recording the turn", "session_id", session, "err", err)

@@ -70,11 +70,15 @@ type Server struct {
 	Model   Checker
 	Store   *store.Store
 	Plugins PluginLister // nil when the daemon runs without plugins
+	Metrics http.Handler // GET /metrics; nil serves none
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
 	Token  string
 	Limits Limits
 	Log    *slog.Logger
+	// TurnDone, when set, is told how each finished turn ended: answer,
+	// action_request, failed or cancelled.
+	TurnDone func(outcome string)
 
 	slots chan struct{}   // one per running turn
 	mu    sync.Mutex      // guards busy
@@ -94,6 +98,8 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat", s.chat)
 	mux.HandleFunc("POST /v1/chat/respond", s.respond)
+	mux.HandleFunc("POST /v1/chat/completions", s.completions)
+	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /v1/sessions", s.listSessions)
 	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
 	mux.HandleFunc("PATCH /v1/sessions/{id}", s.renameSession)
@@ -103,6 +109,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("GET /v1/schema", s.schema)
 	mux.HandleFunc("GET /v1/plugins", s.listPlugins)
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", s.Metrics)
+	}
 	return s.traced(s.authorized(s.unrouted(mux)))
 }
 
