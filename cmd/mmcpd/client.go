@@ -21,11 +21,19 @@ type client struct {
 }
 
 func (c client) chat(req server.ChatRequest) (*server.ChatResponse, error) {
+	return c.post("/v1/chat", req)
+}
+
+func (c client) respond(req server.RespondRequest) (*server.ChatResponse, error) {
+	return c.post("/v1/chat/respond", req)
+}
+
+func (c client) post(path string, req any) (*server.ChatResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	hreq, err := http.NewRequest(http.MethodPost, c.base+"/v1/chat", bytes.NewReader(body))
+	hreq, err := http.NewRequest(http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
@@ -57,6 +65,25 @@ func (c client) chat(req server.ChatRequest) (*server.ChatResponse, error) {
 		return nil, fmt.Errorf("decoding the answer: %w", err)
 	}
 	return &out, nil
+}
+
+// printOutcome prints an answer, or what the agent wants to do and how to
+// allow it.
+func printOutcome(stdout, stderr io.Writer, res *server.ChatResponse, steps bool) {
+	if steps {
+		printSteps(stdout, res.Steps)
+	}
+	if res.Type == server.TypeActionRequest {
+		fmt.Fprintf(stdout, "The agent wants to run %s %s\n", res.Tool, res.Args)
+		if res.Explanation != "" {
+			fmt.Fprintf(stdout, "  because: %s\n", res.Explanation)
+		}
+		fmt.Fprintf(stdout, "Allow it:  mmcpd respond --session %s --approval %s approve\nRefuse it: mmcpd respond --session %s --approval %s deny\n",
+			res.SessionID, res.ApprovalID, res.SessionID, res.ApprovalID)
+	} else {
+		fmt.Fprintln(stdout, res.Answer)
+	}
+	fmt.Fprintf(stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
 }
 
 func printSteps(w io.Writer, steps []server.Step) {

@@ -36,6 +36,8 @@ const usage = `mmcpd: a chat endpoint for a home media stack, driven by a local 
 Usage:
   mmcpd [serve]                 run the daemon in the foreground
   mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
+  mmcpd respond --session ID --approval ID approve|deny
+                                answer an action the agent asked to run
   mmcpd config                  print the effective configuration and every variable
   mmcpd schema                  print the reply schema the model is held to
   mmcpd version                 print the version
@@ -58,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = serve(stderr)
 	case "chat":
 		err = chat(args, stdout, stderr)
+	case "respond":
+		err = respond(args, stdout, stderr)
 	case "config":
 		err = printConfig(stdout)
 	case "schema":
@@ -322,10 +326,37 @@ func chat(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *steps {
-		printSteps(stdout, res.Steps)
+	printOutcome(stdout, stderr, res, *steps)
+	return nil
+}
+
+// respond answers an action request that chat printed.
+func respond(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("respond", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	session := fs.String("session", "", "the session of the request (required)")
+	approval := fs.String("approval", "", "the approval id chat printed (required)")
+	steps := fs.Bool("steps", false, "print the steps the agent took")
+	addr := fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
 	}
-	fmt.Fprintln(stdout, res.Answer)
-	fmt.Fprintf(stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
+	if *session == "" || *approval == "" || fs.NArg() != 1 || (fs.Arg(0) != "approve" && fs.Arg(0) != "deny") {
+		return usageError{errors.New(`usage: mmcpd respond --session ID --approval ID approve|deny`)}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if *addr == "" {
+		*addr = cfg.ListenAddr
+	}
+	c := client{base: "http://" + *addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *timeout}}
+	res, err := c.respond(server.RespondRequest{SessionID: *session, ApprovalID: *approval, Decision: fs.Arg(0)})
+	if err != nil {
+		return err
+	}
+	printOutcome(stdout, stderr, res, *steps)
 	return nil
 }
