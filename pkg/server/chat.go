@@ -255,17 +255,28 @@ func (s *Server) supersede(ctx context.Context, session string) error {
 }
 
 var (
-	links  = regexp.MustCompile(`(?i)\b(?:https?|ftp|magnet):\S+|www\.\S+`)
-	tags   = regexp.MustCompile(`<[^>]*>`)
-	markup = strings.NewReplacer("*", "", "_", " ", "`", "", "#", "", "[", "", "]", "", "(", "", ")", "", ">", "", "|", " ", "~", "")
+	mdLinks  = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`) // [text](url) keeps its text
+	links    = regexp.MustCompile(`(?i)\b(?:https?|ftp|magnet|file):\S+|\bwww\.\S+`)
+	tags     = regexp.MustCompile(`</?[a-zA-Z][^<>]*>`) // only what reads as an HTML tag
+	emphasis = regexp.MustCompile("\\*+|`+|(?:^|\\s)_{1,2}|_{1,2}(?:\\s|$)|~~")
+	heading  = regexp.MustCompile(`(?m)^\s*(?:#{1,6}|>)\s+`)
 )
 
 // Explain turns the model's thought into the explanation shown next to an
-// approval: plain words, no links or markup that could dress up a request.
+// approval: its words, without links, HTML or Markdown that could dress up
+// a request. Everything else (parentheses, comparisons, snake_case names)
+// stays, since it is part of what the user is asked to judge.
 func Explain(thought string) string {
-	t := links.ReplaceAllString(thought, "")
+	t := mdLinks.ReplaceAllString(thought, "$1")
+	t = links.ReplaceAllString(t, "")
 	t = tags.ReplaceAllString(t, "")
-	t = markup.Replace(t)
+	t = heading.ReplaceAllString(t, "")
+	t = emphasis.ReplaceAllStringFunc(t, func(m string) string {
+		if strings.TrimSpace(m) == "" || strings.Trim(m, " \t\n_*`~") == "" && strings.ContainsAny(m, " \t\n") {
+			return " "
+		}
+		return ""
+	})
 	t = strings.Join(strings.Fields(t), " ")
 	if utf8.RuneCountInString(t) > 500 {
 		t = string([]rune(t)[:500]) + "…"
