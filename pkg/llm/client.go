@@ -77,7 +77,7 @@ func New(o Options) (*Client, error) {
 	c := &Client{
 		// A client of our own: http.DefaultClient has no timeout, and a hung
 		// model would hang the turn.
-		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout}),
+		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout, Transport: transport()}),
 		host:        host,
 		model:       model,
 		numCtx:      o.NumCtx,
@@ -247,4 +247,16 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 			ModelTime:        final.TotalDuration,
 		},
 	}, nil
+}
+
+// transport keeps connections to Ollama for reuse: the default keeps only two
+// idle per host, and under concurrent turns most calls would dial again. Idle
+// ones close soon: Ollama is near, and a burst should not leave its
+// connections (and their goroutines) behind for long.
+func transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 64
+	t.MaxIdleConnsPerHost = 64
+	t.IdleConnTimeout = 5 * time.Second
+	return t
 }

@@ -76,33 +76,43 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	ctx := r.Context()
-	sess, ok := s.session(w, r, req.SessionID, req.Message)
-	if !ok {
-		return
-	}
-	if !s.lock(w, r, sess.ID) {
-		return
+	var sess store.Session
+	var turn int64
+	var conv convo.Conversation
+	if req.SessionID == "" {
+		var err error
+		if sess, turn, err = s.Store.CreateSessionWithTurn(ctx, store.Title(req.Message), trace.ID(ctx), req.Message); err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		s.lockNew(sess.ID)
+	} else {
+		if sess, ok = s.session(w, r, req.SessionID); !ok {
+			return
+		}
+		if !s.lock(w, r, sess.ID) {
+			return
+		}
+		// A new message answers a pending approval with "not now": close
+		// it, so the model reads that the call never ran.
+		if err := s.supersede(ctx, sess.ID); err != nil {
+			s.unlock(sess.ID)
+			s.internal(w, r, err)
+			return
+		}
+		turns, err := s.Store.Turns(ctx, sess.ID)
+		if err == nil {
+			conv = store.Conversation(turns)
+			turn, err = s.Store.StartTurn(ctx, sess.ID, trace.ID(ctx), req.Message)
+		}
+		if err != nil {
+			s.unlock(sess.ID)
+			s.internal(w, r, err)
+			return
+		}
 	}
 	defer s.unlock(sess.ID)
-
-	// A new message answers a pending approval with "not now": close it, so
-	// the model reads that the call never ran.
-	if err := s.supersede(ctx, sess.ID); err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	turns, err := s.Store.Turns(ctx, sess.ID)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	conv := store.Conversation(turns)
 	before := len(conv.Messages) + 1 // the user message lives in the turn's own row
-	turn, err := s.Store.StartTurn(ctx, sess.ID, trace.ID(ctx), req.Message)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
 	out := s.output(w, r)
 	res, runErr := s.Turns.Run(ctx, &conv, req.Message, out.event)
 	s.finish(w, r, out, sess.ID, turn, &conv, before, res, runErr)
@@ -127,7 +137,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	ctx := r.Context()
-	sess, ok := s.session(w, r, req.SessionID, "")
+	sess, ok := s.session(w, r, req.SessionID)
 	if !ok {
 		return
 	}
@@ -295,18 +305,9 @@ func (s *Server) slot(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	}
 }
 
-// session finds the session id names, or creates one titled after message
-// when id is empty.
-func (s *Server) session(w http.ResponseWriter, r *http.Request, id, message string) (store.Session, bool) {
+// session finds the session id names, or answers 404.
+func (s *Server) session(w http.ResponseWriter, r *http.Request, id string) (store.Session, bool) {
 	ctx := r.Context()
-	if id == "" {
-		sess, err := s.Store.CreateSession(ctx, store.Title(message))
-		if err != nil {
-			s.internal(w, r, err)
-			return store.Session{}, false
-		}
-		return sess, true
-	}
 	sess, err := s.Store.Session(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, "session_not_found", fmt.Sprintf("no session %q; omit session_id to start a new one", id), false)
@@ -329,6 +330,13 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, id string) bool {
 	}
 	s.busy[id] = true
 	return true
+}
+
+// lockNew marks a session nobody else can know yet as busy.
+func (s *Server) lockNew(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy[id] = true
 }
 
 func (s *Server) unlock(id string) {

@@ -319,9 +319,9 @@ func TestCancelledTurnIsRecorded(t *testing.T) {
 
 func TestExplain(t *testing.T) {
 	for thought, want := range map[string]string{
-		"Dune (2021) is TMDB id 438631; add it with radarr_add.":                        "Dune (2021) is TMDB id 438631; add it with radarr_add.",
-		"Remove the torrents with a ratio < 1 and a size > 10 GB, about ~40 GB in all.": "Remove the torrents with a ratio < 1 and a size > 10 GB, about ~40 GB in all.",
-		"Add **Dune** [now](https://evil.example) <b>please</b>":                        "Add Dune now please",
+		"Dune (2021) is TMDB id 438631; add it with radarr_add.":                         "Dune (2021) is TMDB id 438631; add it with radarr_add.",
+		"Remove the torrents with a ratio < 1 and a size > 10 GB, about ~40 GB in all.":  "Remove the torrents with a ratio < 1 and a size > 10 GB, about ~40 GB in all.",
+		"Add **Dune** [now](https://evil.example) <b>please</b>":                         "Add Dune now please",
 		"The user asked to **remove** torrent 3, see https://evil.example/x <b>now</b>.": "The user asked to remove torrent 3, see now.",
 		"# Plan\n> quote _emphasis_ and `code` ~~gone~~ www.evil.example magnet:?xt=urn": "Plan quote emphasis and code gone",
 	} {

@@ -74,7 +74,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.session(w, r, r.PathValue("id"), "")
+	sess, ok := s.session(w, r, r.PathValue("id"))
 	if !ok {
 		return
 	}
@@ -131,7 +131,7 @@ func (s *Server) renameSession(w http.ResponseWriter, r *http.Request) {
 		s.sessionError(w, r, id, err)
 		return
 	}
-	sess, ok := s.session(w, r, id, "")
+	sess, ok := s.session(w, r, id)
 	if ok {
 		s.reply(w, http.StatusOK, sess)
 	}
