@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/metrics"
@@ -19,7 +16,6 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/server"
 	"github.com/mmcpd/mmcpd/pkg/store"
-	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
 // metricsTools is one plain tool and one that needs approval, both of the
@@ -47,25 +43,12 @@ func metricsPlugins() []plugins.Info {
 // startMetrics is start with the metrics wired as the daemon wires them.
 func startMetrics(t *testing.T, token string, script ...ollamatest.Reply) *env {
 	t.Helper()
-	fake := ollamatest.New(t, script...)
-	model, err := llm.New(llm.Options{Host: fake.URL, Model: "test-model", Retries: 1, Backoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := slog.New(trace.Handler{Handler: slog.NewJSONHandler(logs, nil)})
-	st, err := store.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	m := metrics.New(metrics.Sources{Plugins: metricsPlugins, Sessions: st.SessionCount})
-	runner := &loop.Runner{Model: model, Tools: metricsTools{}, Config: loop.DefaultConfig, Log: log, Events: m.Observe}
-	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Token: token, Log: log,
-		Metrics: m.Handler(), TurnDone: m.TurnDone}
-	ts := httptest.NewServer(api.Handler())
-	t.Cleanup(ts.Close)
-	return &env{fake: fake, url: ts.URL, logs: logs, store: st}
+	return startWith(t, options{token: token, tools: metricsTools{}, configure: func(st *store.Store, r *loop.Runner, api *server.Server) {
+		m := metrics.New(metrics.Sources{Plugins: metricsPlugins, Sessions: st.SessionCount})
+		r.Events = m.Observe
+		api.Metrics = m.Handler()
+		api.TurnDone = m.TurnDone
+	}}, script...)
 }
 
 func toolCall(tool string) ollamatest.Reply {

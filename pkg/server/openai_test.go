@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,13 +13,11 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
-	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/server"
 	"github.com/mmcpd/mmcpd/pkg/store"
-	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
 func openaiClient(e *env, token string) *openai.Client {
@@ -290,22 +286,7 @@ func (f *tools) Call(ctx context.Context, name string, args json.RawMessage) (st
 
 func startWithTools(t *testing.T, tl loop.Tools, done func(string), script ...ollamatest.Reply) *env {
 	t.Helper()
-	fake := ollamatest.New(t, script...)
-	model, err := llm.New(llm.Options{Host: fake.URL, Model: "test-model", Retries: 1, Backoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := slog.New(trace.Handler{Handler: slog.NewJSONHandler(logs, nil)})
-	runner := &loop.Runner{Model: model, Tools: tl, Config: loop.DefaultConfig, Log: log}
-	st, err := store.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ts := httptest.NewServer((&server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Log: log, TurnDone: done}).Handler())
-	t.Cleanup(ts.Close)
-	return &env{fake: fake, url: ts.URL, logs: logs}
+	return startWith(t, options{tools: tl, configure: func(_ *store.Store, _ *loop.Runner, api *server.Server) { api.TurnDone = done }}, script...)
 }
 
 func TestOpenAIToolsAndApproval(t *testing.T) {

@@ -57,6 +57,8 @@ type options struct {
 	token  string
 	tools  loop.Tools
 	limits server.Limits
+	// configure, when set, finishes the wiring before the server starts.
+	configure func(*store.Store, *loop.Runner, *server.Server)
 }
 
 func startWith(t *testing.T, o options, script ...ollamatest.Reply) *env {
@@ -75,6 +77,9 @@ func startWith(t *testing.T, o options, script ...ollamatest.Reply) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	api := &server.Server{Turns: runner, Catalog: runner, Model: model, Store: st, Token: o.token, Limits: o.limits, Log: log}
+	if o.configure != nil {
+		o.configure(st, runner, api)
+	}
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(ts.Close)
 	return &env{fake: fake, url: ts.URL, logs: logs, store: st}
