@@ -123,10 +123,9 @@ func branch(t Tool, args *node) *node {
 	return b
 }
 
-func obj(m ...member) *node      { return &node{isObj: true, obj: m} }
-func lit(s string) *node         { return &node{lit: json.RawMessage(s)} }
-func str(s string) *node         { b, _ := json.Marshal(s); return &node{lit: b} }
-func quoteAll(s []string) string { return `"` + strings.Join(s, `", "`) + `"` }
+func obj(m ...member) *node { return &node{isObj: true, obj: m} }
+func lit(s string) *node    { return &node{lit: json.RawMessage(s)} }
+func str(s string) *node    { b, _ := json.Marshal(s); return &node{lit: b} }
 
 // argsNode parses a tool's argument schema and checks it describes an object.
 func argsNode(t Tool) (*node, error) {

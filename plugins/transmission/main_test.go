@@ -527,9 +527,9 @@ func pluginFor(t *testing.T, h http.Handler) pluginpb.PluginServer {
 }
 
 func TestAuth(t *testing.T) {
-	f, s := setup(t, nil)
+	f, _ := setup(t, nil)
 	t.Setenv(envPass, "wrong-password")
-	s = newPlugin(5 * time.Second).Server()
+	s := newPlugin(5 * time.Second).Server()
 	want := "Transmission refused the credentials (401); check MMCP_PLUGIN_TRANSMISSION_USERNAME and MMCP_PLUGIN_TRANSMISSION_PASSWORD: credentials refused"
 	if r := callTool(t, s, "transmission_list", `{}`); r.Error != want {
 		t.Errorf("wrong password: %q\nwant %q", r.Error, want)

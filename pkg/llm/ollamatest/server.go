@@ -240,7 +240,7 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 	}
 	name := req.Model
 	if name == "" {
-		name = req.Name
+		name = req.Name //nolint:staticcheck // older clients still send the deprecated field
 	}
 	if !s.known(name) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", name))
