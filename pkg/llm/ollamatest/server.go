@@ -240,7 +240,8 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 	}
 	name := req.Model
 	if name == "" {
-		name = req.Name //nolint:staticcheck // older clients still send the deprecated field
+		//lint:ignore SA1019 older clients still send the deprecated field
+		name = req.Name
 	}
 	if !s.known(name) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", name))
