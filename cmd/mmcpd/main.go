@@ -302,61 +302,75 @@ func printSchema(stdout io.Writer) error {
 }
 
 func chat(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs, cf := clientFlagSet("chat", stderr)
 	session := fs.String("session", "", "continue this session (the id a previous chat printed)")
-	steps := fs.Bool("steps", false, "print the steps the agent took")
-	addr := fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
 	if fs.NArg() != 1 {
 		return usageError{errors.New(`want exactly one message: mmcpd chat "what's downloading?"`)}
 	}
-	cfg, err := loadConfig()
+	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	if *addr == "" {
-		*addr = cfg.ListenAddr
-	}
-	c := client{base: "http://" + *addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *timeout}}
 	res, err := c.chat(server.ChatRequest{Message: fs.Arg(0), SessionID: *session})
 	if err != nil {
 		return err
 	}
-	printOutcome(stdout, stderr, res, *steps)
+	printOutcome(stdout, stderr, res, *cf.steps)
 	return nil
 }
 
 // respond answers an action request that chat printed.
 func respond(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("respond", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs, cf := clientFlagSet("respond", stderr)
 	session := fs.String("session", "", "the session of the request (required)")
 	approval := fs.String("approval", "", "the approval id chat printed (required)")
-	steps := fs.Bool("steps", false, "print the steps the agent took")
-	addr := fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
 	if *session == "" || *approval == "" || fs.NArg() != 1 || (fs.Arg(0) != "approve" && fs.Arg(0) != "deny") {
 		return usageError{errors.New(`usage: mmcpd respond --session ID --approval ID approve|deny`)}
 	}
-	cfg, err := loadConfig()
+	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	if *addr == "" {
-		*addr = cfg.ListenAddr
-	}
-	c := client{base: "http://" + *addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *timeout}}
 	res, err := c.respond(server.RespondRequest{SessionID: *session, ApprovalID: *approval, Decision: fs.Arg(0)})
 	if err != nil {
 		return err
 	}
-	printOutcome(stdout, stderr, res, *steps)
+	printOutcome(stdout, stderr, res, *cf.steps)
 	return nil
+}
+
+// clientFlags are the flags every command that talks to a daemon shares.
+type clientFlags struct {
+	steps   *bool
+	addr    *string
+	timeout *time.Duration
+}
+
+func clientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, clientFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs, clientFlags{
+		steps:   fs.Bool("steps", false, "print the steps the agent took"),
+		addr:    fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)"),
+		timeout: fs.Duration("timeout", 10*time.Minute, "give up after this long"),
+	}
+}
+
+// client reaches the daemon the settings (or --addr) name, with its token.
+func (f clientFlags) client() (client, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return client{}, err
+	}
+	addr := *f.addr
+	if addr == "" {
+		addr = cfg.ListenAddr
+	}
+	return client{base: "http://" + addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *f.timeout}}, nil
 }

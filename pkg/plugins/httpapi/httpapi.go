@@ -175,14 +175,14 @@ func Detail(body []byte) string {
 	var any1 any
 	if json.Unmarshal(body, &any1) == nil {
 		if s := messageIn(any1); s != "" {
-			return oneLine(s, 200)
+			return Text(s, 200)
 		}
 		return ""
 	}
 	if bytes.HasPrefix(body, []byte("<")) { // an HTML error page says nothing useful
 		return ""
 	}
-	return oneLine(string(body), 200)
+	return Text(string(body), 200)
 }
 
 func messageIn(v any) string {
@@ -207,8 +207,6 @@ func suffix(detail string) string {
 	}
 	return ": " + detail
 }
-
-func oneLine(s string, n int) string { return Text(s, n) }
 
 // Text is a service's long text (an overview, a description) as the model
 // should get it: one line, at most n bytes, cut at a character boundary and
