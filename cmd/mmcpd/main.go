@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -125,7 +126,9 @@ type daemon struct {
 	host   *plugins.Host
 }
 
-func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
+// newDaemon wires the daemon; environ is the process environment as it was at
+// start, plugins' settings included.
+func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, error) {
 	model, err := llm.New(llm.Options{
 		Host:        cfg.OllamaHost,
 		Model:       cfg.OllamaModel,
@@ -150,11 +153,18 @@ func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
 		},
 		Log: log,
 	}
+	pluginsUser := ""
+	if os.Geteuid() == 0 {
+		// Plugins are other people's code: as root they could do anything.
+		pluginsUser = cfg.PluginsUser
+	}
 	host, err := plugins.New(plugins.Options{
 		Dir: cfg.PluginsDir,
 		// Plugins may show the daemon's version; it is the one variable they
 		// get that is not their own.
-		Environ:      append(os.Environ(), "MMCP_DAEMON_VERSION="+buildVersion()),
+		Environ:      append(environ, "MMCP_DAEMON_VERSION="+buildVersion()),
+		User:         pluginsUser,
+		Limits:       plugins.ToolLimits{Tools: cfg.ToolsMax, DescriptionChars: cfg.ToolMaxDescriptionChars, SchemaBytes: cfg.ToolMaxSchemaBytes},
 		StartTimeout: cfg.PluginsStartTimeout,
 		KillGrace:    cfg.PluginsKillGrace,
 		Breakers:     breaker.New(breaker.Settings{Failures: uint32(cfg.BreakerFailures), Cooldown: cfg.BreakerCooldown}, plugins.IsToolError, log),
@@ -176,10 +186,15 @@ func newDaemon(cfg config.Config, log *slog.Logger) (*daemon, error) {
 }
 
 func serve(stderr io.Writer) error {
+	// First of all: no process of the same user (a plugin among them) may
+	// read this one's environment or memory, where the secrets are.
+	notDumpable := plugins.NotDumpable()
+	environ := os.Environ()
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
+	hideSecrets()
 	if err := cfg.CheckExposure(); err != nil {
 		return usageError{err}
 	}
@@ -188,12 +203,18 @@ func serve(stderr io.Writer) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	if notDumpable != nil {
+		log.Warn("cannot make the daemon non-dumpable: processes of the same user may read its secrets through /proc", "error", notDumpable.Error())
+	}
+	if os.Geteuid() == 0 && (cfg.PluginsUser == "root" || cfg.PluginsUser == "0") {
+		log.Warn("plugins run as root (MMCP_PLUGINS_USER): any plugin can do anything on this machine")
+	}
 	st, err := store.Open(context.Background(), cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("session store: %w", err)
 	}
 	defer st.Close()
-	d, err := newDaemon(cfg, log)
+	d, err := newDaemon(cfg, environ, log)
 	if err != nil {
 		return err
 	}
@@ -266,6 +287,20 @@ func serve(stderr io.Writer) error {
 	return nil
 }
 
+// hideSecrets removes the API token and every plugin setting from the
+// daemon's own environment once they are read, so no child it starts can
+// inherit them by accident: plugins get theirs explicitly. The kernel's copy
+// behind /proc/<pid>/environ cannot be changed; being non-dumpable keeps
+// other processes of the same user out of it.
+func hideSecrets() {
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "MMCP_API_TOKEN" || strings.HasPrefix(k, "MMCP_PLUGIN_") {
+			_ = os.Unsetenv(k)
+		}
+	}
+}
+
 func printConfig(stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
@@ -287,7 +322,7 @@ func printSchema(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d, err := newDaemon(cfg, slog.New(slog.DiscardHandler))
+	d, err := newDaemon(cfg, os.Environ(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}

@@ -30,33 +30,37 @@ const prefix = "mmcp"
 // variable (`envconfig:"listen_addr"` would also read LISTEN_ADDR). The tests
 // pin every derived name.
 type Config struct {
-	ListenAddr             string        `split_words:"true" default:"127.0.0.1:8787" desc:"HTTP listen address, host:port"`
-	OllamaHost             string        `split_words:"true" default:"http://127.0.0.1:11434" desc:"Ollama server URL or host[:port]; defaults to $OLLAMA_HOST when that is set"`
-	OllamaModel            string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
-	OllamaNumCtx           int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
-	OllamaKeepAlive        time.Duration `split_words:"true" default:"5m" desc:"how long Ollama keeps the model loaded after a call; negative keeps it loaded"`
-	LLMTemperature         float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
-	LLMTimeout             time.Duration `split_words:"true" default:"120s" desc:"timeout for one model call, greater than 0"`
-	LLMMaxContextChars     int           `split_words:"true" default:"20000" desc:"character budget for the prompt, at least 1000"`
-	LLMMaxRetries          int           `split_words:"true" default:"2" desc:"self-corrections allowed per step after an invalid model reply, 0 to 10"`
-	LLMRateLimitRetries    int           `split_words:"true" default:"3" desc:"retries when the model server is busy or rate-limits, 0 to 10"`
-	LoopMaxSteps           int           `split_words:"true" default:"5" desc:"maximum reasoning steps per request, 1 to 50"`
-	ToolTimeout            time.Duration `split_words:"true" default:"30s" desc:"timeout for one tool call, greater than 0"`
-	ToolMaxOutputChars     int           `split_words:"true" default:"4000" desc:"tool output is truncated to this many characters, at least 100"`
-	PluginsDir             string        `split_words:"true" default:"./plugins" desc:"directory of tool plugins"`
-	DataDir                string        `split_words:"true" default:"./data" desc:"directory for state and traces"`
-	PluginsStartTimeout    time.Duration `split_words:"true" default:"10s" desc:"time a plugin has to start, shake hands and describe itself"`
-	PluginsKillGrace       time.Duration `split_words:"true" default:"2s" desc:"time a plugin has to answer after a call's deadline before it is killed"`
-	BreakerFailures        int           `split_words:"true" default:"5" desc:"consecutive failures of a tool that open its circuit breaker, 1 to 100"`
-	BreakerCooldown        time.Duration `split_words:"true" default:"30s" desc:"how long an open breaker waits before a trial call"`
-	ContextProviderTimeout time.Duration `split_words:"true" default:"300ms" desc:"time one plugin context provider has per turn"`
-	ContextTimeout         time.Duration `split_words:"true" default:"800ms" desc:"time all context providers have together per turn"`
-	MaxMessageChars        int           `split_words:"true" default:"8000" desc:"longest chat message in characters; longer ones get 400"`
-	MaxConcurrentTurns     int           `split_words:"true" default:"16" desc:"turns running at once (streams included); more get 503"`
-	ApprovalTTL            time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
-	APIToken               Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
-	LogLevel               string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
-	LogFormat              string        `split_words:"true" default:"text" desc:"text or json"`
+	ListenAddr              string        `split_words:"true" default:"127.0.0.1:8787" desc:"HTTP listen address, host:port"`
+	OllamaHost              string        `split_words:"true" default:"http://127.0.0.1:11434" desc:"Ollama server URL or host[:port]; defaults to $OLLAMA_HOST when that is set"`
+	OllamaModel             string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
+	OllamaNumCtx            int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
+	OllamaKeepAlive         time.Duration `split_words:"true" default:"5m" desc:"how long Ollama keeps the model loaded after a call; negative keeps it loaded"`
+	LLMTemperature          float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
+	LLMTimeout              time.Duration `split_words:"true" default:"120s" desc:"timeout for one model call, greater than 0"`
+	LLMMaxContextChars      int           `split_words:"true" default:"20000" desc:"character budget for the prompt, at least 1000"`
+	LLMMaxRetries           int           `split_words:"true" default:"2" desc:"self-corrections allowed per step after an invalid model reply, 0 to 10"`
+	LLMRateLimitRetries     int           `split_words:"true" default:"3" desc:"retries when the model server is busy or rate-limits, 0 to 10"`
+	LoopMaxSteps            int           `split_words:"true" default:"5" desc:"maximum reasoning steps per request, 1 to 50"`
+	ToolTimeout             time.Duration `split_words:"true" default:"30s" desc:"timeout for one tool call, greater than 0"`
+	ToolMaxOutputChars      int           `split_words:"true" default:"4000" desc:"tool output is truncated to this many characters, at least 100"`
+	PluginsDir              string        `split_words:"true" default:"./plugins" desc:"directory of tool plugins"`
+	DataDir                 string        `split_words:"true" default:"./data" desc:"directory for state and traces"`
+	PluginsStartTimeout     time.Duration `split_words:"true" default:"10s" desc:"time a plugin has to start, shake hands and describe itself"`
+	PluginsKillGrace        time.Duration `split_words:"true" default:"2s" desc:"time a plugin has to answer after a call's deadline before it is killed"`
+	PluginsUser             string        `split_words:"true" default:"nobody" desc:"user plugins run as when the daemon runs as root (name or uid); root keeps them root, which is not advised"`
+	ToolsMax                int           `split_words:"true" default:"64" desc:"most tools offered to the model; tools past it (in plugin name order) are refused, 1 to 1000"`
+	ToolMaxDescriptionChars int           `split_words:"true" default:"1000" desc:"longest tool description in characters; a longer tool is refused, 100 to 100000"`
+	ToolMaxSchemaBytes      int           `split_words:"true" default:"8192" desc:"largest tool argument schema in bytes; a larger tool is refused, 256 to 1048576"`
+	BreakerFailures         int           `split_words:"true" default:"5" desc:"consecutive failures of a tool that open its circuit breaker, 1 to 100"`
+	BreakerCooldown         time.Duration `split_words:"true" default:"30s" desc:"how long an open breaker waits before a trial call"`
+	ContextProviderTimeout  time.Duration `split_words:"true" default:"300ms" desc:"time one plugin context provider has per turn"`
+	ContextTimeout          time.Duration `split_words:"true" default:"800ms" desc:"time all context providers have together per turn"`
+	MaxMessageChars         int           `split_words:"true" default:"8000" desc:"longest chat message in characters; longer ones get 400"`
+	MaxConcurrentTurns      int           `split_words:"true" default:"16" desc:"turns running at once (streams included); more get 503"`
+	ApprovalTTL             time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
+	APIToken                Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
+	LogLevel                string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
+	LogFormat               string        `split_words:"true" default:"text" desc:"text or json"`
 }
 
 const (
@@ -119,6 +123,10 @@ func (c Config) validate() error {
 		nonEmpty("MMCP_DATA_DIR", c.DataDir),
 		positive("MMCP_PLUGINS_START_TIMEOUT", c.PluginsStartTimeout),
 		positive("MMCP_PLUGINS_KILL_GRACE", c.PluginsKillGrace),
+		nonEmpty("MMCP_PLUGINS_USER", c.PluginsUser),
+		between("MMCP_TOOLS_MAX", c.ToolsMax, 1, 1000),
+		between("MMCP_TOOL_MAX_DESCRIPTION_CHARS", c.ToolMaxDescriptionChars, 100, 100000),
+		between("MMCP_TOOL_MAX_SCHEMA_BYTES", c.ToolMaxSchemaBytes, 256, 1<<20),
 		between("MMCP_BREAKER_FAILURES", c.BreakerFailures, 1, 100),
 		positive("MMCP_BREAKER_COOLDOWN", c.BreakerCooldown),
 		positive("MMCP_CONTEXT_PROVIDER_TIMEOUT", c.ContextProviderTimeout),

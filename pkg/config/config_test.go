@@ -32,6 +32,10 @@ var documented = []struct{ name, def string }{
 	{"MMCP_DATA_DIR", "./data"},
 	{"MMCP_PLUGINS_START_TIMEOUT", "10s"},
 	{"MMCP_PLUGINS_KILL_GRACE", "2s"},
+	{"MMCP_PLUGINS_USER", "nobody"},
+	{"MMCP_TOOLS_MAX", "64"},
+	{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "1000"},
+	{"MMCP_TOOL_MAX_SCHEMA_BYTES", "8192"},
 	{"MMCP_BREAKER_FAILURES", "5"},
 	{"MMCP_BREAKER_COOLDOWN", "30s"},
 	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "300ms"},
@@ -45,33 +49,37 @@ var documented = []struct{ name, def string }{
 }
 
 var defaults = Config{
-	ListenAddr:             "127.0.0.1:8787",
-	OllamaHost:             "http://127.0.0.1:11434",
-	OllamaModel:            "qwen2.5:7b-instruct",
-	OllamaNumCtx:           8192,
-	OllamaKeepAlive:        5 * time.Minute,
-	LLMTemperature:         0,
-	LLMTimeout:             120 * time.Second,
-	LLMMaxContextChars:     20000,
-	LLMMaxRetries:          2,
-	LLMRateLimitRetries:    3,
-	LoopMaxSteps:           5,
-	ToolTimeout:            30 * time.Second,
-	ToolMaxOutputChars:     4000,
-	PluginsDir:             "./plugins",
-	DataDir:                "./data",
-	PluginsStartTimeout:    10 * time.Second,
-	PluginsKillGrace:       2 * time.Second,
-	BreakerFailures:        5,
-	BreakerCooldown:        30 * time.Second,
-	ContextProviderTimeout: 300 * time.Millisecond,
-	ContextTimeout:         800 * time.Millisecond,
-	MaxMessageChars:        8000,
-	MaxConcurrentTurns:     16,
-	ApprovalTTL:            10 * time.Minute,
-	APIToken:               "",
-	LogLevel:               "info",
-	LogFormat:              "text",
+	ListenAddr:              "127.0.0.1:8787",
+	OllamaHost:              "http://127.0.0.1:11434",
+	OllamaModel:             "qwen2.5:7b-instruct",
+	OllamaNumCtx:            8192,
+	OllamaKeepAlive:         5 * time.Minute,
+	LLMTemperature:          0,
+	LLMTimeout:              120 * time.Second,
+	LLMMaxContextChars:      20000,
+	LLMMaxRetries:           2,
+	LLMRateLimitRetries:     3,
+	LoopMaxSteps:            5,
+	ToolTimeout:             30 * time.Second,
+	ToolMaxOutputChars:      4000,
+	PluginsDir:              "./plugins",
+	DataDir:                 "./data",
+	PluginsStartTimeout:     10 * time.Second,
+	PluginsKillGrace:        2 * time.Second,
+	PluginsUser:             "nobody",
+	ToolsMax:                64,
+	ToolMaxDescriptionChars: 1000,
+	ToolMaxSchemaBytes:      8192,
+	BreakerFailures:         5,
+	BreakerCooldown:         30 * time.Second,
+	ContextProviderTimeout:  300 * time.Millisecond,
+	ContextTimeout:          800 * time.Millisecond,
+	MaxMessageChars:         8000,
+	MaxConcurrentTurns:      16,
+	ApprovalTTL:             10 * time.Minute,
+	APIToken:                "",
+	LogLevel:                "info",
+	LogFormat:               "text",
 }
 
 // cleanEnv unsets every variable Load may read, restoring them after the
@@ -145,6 +153,10 @@ var readCases = []struct {
 	{"MMCP_DATA_DIR", "/var/lib/mmcpd", func(c *Config) { c.DataDir = "/var/lib/mmcpd" }},
 	{"MMCP_PLUGINS_START_TIMEOUT", "3s", func(c *Config) { c.PluginsStartTimeout = 3 * time.Second }},
 	{"MMCP_PLUGINS_KILL_GRACE", "1s", func(c *Config) { c.PluginsKillGrace = time.Second }},
+	{"MMCP_PLUGINS_USER", "mmcp", func(c *Config) { c.PluginsUser = "mmcp" }},
+	{"MMCP_TOOLS_MAX", "10", func(c *Config) { c.ToolsMax = 10 }},
+	{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "500", func(c *Config) { c.ToolMaxDescriptionChars = 500 }},
+	{"MMCP_TOOL_MAX_SCHEMA_BYTES", "4096", func(c *Config) { c.ToolMaxSchemaBytes = 4096 }},
 	{"MMCP_BREAKER_FAILURES", "3", func(c *Config) { c.BreakerFailures = 3 }},
 	{"MMCP_BREAKER_COOLDOWN", "1m", func(c *Config) { c.BreakerCooldown = time.Minute }},
 	{"MMCP_CONTEXT_PROVIDER_TIMEOUT", "100ms", func(c *Config) { c.ContextProviderTimeout = 100 * time.Millisecond }},
@@ -335,6 +347,10 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_DATA_DIR", ""},
 		{"MMCP_BREAKER_FAILURES", "0"},
 		{"MMCP_PLUGINS_KILL_GRACE", "0s"},
+		{"MMCP_PLUGINS_USER", ""},
+		{"MMCP_TOOLS_MAX", "0"},
+		{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "99"},
+		{"MMCP_TOOL_MAX_SCHEMA_BYTES", "100"},
 		{"MMCP_LOG_LEVEL", "verbose"},
 		{"MMCP_LOG_LEVEL", ""},
 		{"MMCP_LOG_FORMAT", "xml"},
@@ -521,6 +537,10 @@ MMCP_PLUGINS_DIR=./plugins
 MMCP_DATA_DIR=./data
 MMCP_PLUGINS_START_TIMEOUT=10s
 MMCP_PLUGINS_KILL_GRACE=2s
+MMCP_PLUGINS_USER=nobody
+MMCP_TOOLS_MAX=64
+MMCP_TOOL_MAX_DESCRIPTION_CHARS=1000
+MMCP_TOOL_MAX_SCHEMA_BYTES=8192
 MMCP_BREAKER_FAILURES=5
 MMCP_BREAKER_COOLDOWN=30s
 MMCP_CONTEXT_PROVIDER_TIMEOUT=300ms

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,7 +35,27 @@ type Options struct {
 	Breakers     *breaker.Set
 	Context      ContextOptions
 	Log          *slog.Logger
+	// User is the user plugins run as, by name or uid; empty runs them as
+	// the daemon's own user. Switching users needs root.
+	User string
+	// NoPIDNamespace starts plugins without a pid namespace of their own
+	// even where the kernel allows one.
+	NoPIDNamespace bool
+	Limits         ToolLimits
 }
+
+// ToolLimits bound what plugins may declare. Every tool's description and
+// schema is in every prompt: one oversized tool, or a thousand, would crowd
+// the conversation out of the model's view.
+type ToolLimits struct {
+	Tools            int // usable tools in all; those past it, in plugin name order, are refused
+	DescriptionChars int // one tool's description
+	SchemaBytes      int // one tool's argument schema, as JSON
+}
+
+// DefaultToolLimits leave room for several times the bundled plugins' 21
+// tools, whose descriptions stay under 400 characters and schemas under 2 KiB.
+var DefaultToolLimits = ToolLimits{Tools: 64, DescriptionChars: 1000, SchemaBytes: 8 << 10}
 
 // Plugin statuses.
 const (
@@ -55,12 +78,19 @@ type Host struct {
 	started     chan struct{}         // closed when every plugin has been started once
 	startCalled atomic.Bool           // Start was called
 	closed      bool
+
+	cred    *syscall.Credential // the plugin user, nil for the daemon's own
+	noPIDNS atomic.Bool         // the kernel refused a pid namespace once
 }
 
 type toolEntry struct {
-	plugin *managed
+	plugin *managed // the first plugin that declares it
 	spec   *pluginpb.Tool
 	tool   schema.Tool
+	// needsApproval is fixed at registration, from every declaration of
+	// the name: a plugin restarted with another description cannot lower it.
+	needsApproval bool
+	clash         []string // the plugins that all declare this name: it runs from none
 }
 
 // managed is one plugin binary and its current process.
@@ -78,6 +108,7 @@ type managed struct {
 	backoff   time.Duration
 	nextStart time.Time
 	providers map[string]*provider
+	refused   map[string]string // tools refused alone, with why; set by registerAll
 }
 
 // New finds the plugins in opts.Dir; Start starts them.
@@ -94,6 +125,9 @@ func New(opts Options) (*Host, error) {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = 2 * time.Second
 	}
+	if opts.Limits == (ToolLimits{}) {
+		opts.Limits = DefaultToolLimits
+	}
 	if opts.Breakers == nil {
 		opts.Breakers = breaker.New(breaker.Settings{Failures: 5, Cooldown: 30 * time.Second}, IsToolError, opts.Log)
 	}
@@ -102,6 +136,18 @@ func New(opts Options) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{opts: opts, log: opts.Log, tools: map[string]*toolEntry{}, started: make(chan struct{})}
+	h.noPIDNS.Store(opts.NoPIDNamespace)
+	if opts.User != "" {
+		if h.cred, err = credential(opts.User); err != nil {
+			return nil, err
+		}
+		switch {
+		case int(h.cred.Uid) == os.Geteuid():
+			h.cred = nil // already that user
+		case os.Geteuid() != 0:
+			return nil, fmt.Errorf("plugin user %q (MMCP_PLUGINS_USER): only root can start plugins as another user", opts.User)
+		}
+	}
 	names := make([]string, len(paths))
 	for i, p := range paths {
 		names[i] = NameOf(p)
@@ -146,9 +192,7 @@ func (h *Host) Start(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	for _, m := range h.plugins {
-		h.register(m)
-	}
+	h.registerAll()
 }
 
 // Started is closed once Start has finished.
@@ -160,13 +204,21 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 	defer cancel()
 	start := time.Now()
-	proc, err := launch(ctx, m.path, m.env, h.opts.StartTimeout, h.log, func(p *process) {
+	onExit := func(p *process) {
 		// Noticed at once, not on the next call: the API and the context
 		// providers should not take a dead plugin for a ready one.
 		if !h.isClosed() {
 			h.crashed(m, p, "exited")
 		}
-	})
+	}
+	pidns := !h.noPIDNS.Load()
+	proc, err := launch(ctx, m.path, m.env, spawn{cred: h.cred, pidns: pidns}, h.opts.StartTimeout, h.log, onExit)
+	if pidns && errors.Is(err, errNamespace) {
+		if h.noPIDNS.CompareAndSwap(false, true) {
+			h.log.Warn("plugins run without a pid namespace of their own: a child a plugin detaches with setsid can outlive it", "reason", err.Error())
+		}
+		proc, err = launch(ctx, m.path, m.env, spawn{cred: h.cred}, h.opts.StartTimeout, h.log, onExit)
+	}
 	if err != nil {
 		m.fail(err.Error())
 		return err
@@ -178,7 +230,7 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 		m.fail(err.Error())
 		return err
 	}
-	if err := checkDescription(m.name, desc); err != nil {
+	if err := checkDescription(m.name, desc, h.opts.Limits); err != nil {
 		proc.kill()
 		m.fail(err.Error())
 		return err
@@ -215,16 +267,30 @@ func (m *managed) fail(reason string) {
 // checkDescription refuses a plugin that names itself differently from its
 // file (its settings would be read under the wrong slug) or whose tools could
 // not join a union.
-func checkDescription(name string, d *pluginpb.DescribeResponse) error {
+func checkDescription(name string, d *pluginpb.DescribeResponse, limits ToolLimits) error {
 	if d.Name != name {
 		return fmt.Errorf("plugin file mmcp-plugin-%s describes itself as %q; the names must match", name, d.Name)
 	}
 	for _, t := range d.Tools {
+		if overLimit(t, limits) != "" {
+			continue // refused alone at registration; not worth compiling
+		}
 		if err := schema.CheckTool(schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}); err != nil {
 			return fmt.Errorf("invalid tool: %w", err)
 		}
 	}
 	return nil
+}
+
+// overLimit says why t is too large to offer to the model, or "".
+func overLimit(t *pluginpb.Tool, limits ToolLimits) string {
+	if n := utf8.RuneCountInString(t.Description); n > limits.DescriptionChars {
+		return fmt.Sprintf("refused: its description has %d characters, over the limit of %d (MMCP_TOOL_MAX_DESCRIPTION_CHARS)", n, limits.DescriptionChars)
+	}
+	if n := len(t.ArgsSchema); n > limits.SchemaBytes {
+		return fmt.Sprintf("refused: its argument schema has %d bytes, over the limit of %d (MMCP_TOOL_MAX_SCHEMA_BYTES)", n, limits.SchemaBytes)
+	}
+	return ""
 }
 
 // settingProblems lists what keeps a plugin on standby: required settings
@@ -257,22 +323,65 @@ func lookup(env []string, key string) (string, bool) {
 	return "", false
 }
 
-// register adds m's tools; a name another plugin already has is refused.
-func (h *Host) register(m *managed) {
-	m.mu.Lock()
-	desc := m.desc
-	m.mu.Unlock()
-	if desc == nil {
-		return
+// registerAll adds every started plugin's tools. A name that two plugins
+// declare is usable from neither: which one is genuine cannot be told from
+// here, and letting either win would let a plugin take over another's tool,
+// and drop the approval the genuine one asks for.
+func (h *Host) registerAll() {
+	claims := map[string][]*managed{}
+	specs := map[string][]*pluginpb.Tool{}
+	var names []string
+	for _, m := range h.plugins {
+		m.mu.Lock()
+		desc := m.desc
+		m.mu.Unlock()
+		if desc == nil {
+			continue
+		}
+		refused := map[string]string{}
+		for _, t := range desc.Tools {
+			if why := overLimit(t, h.opts.Limits); why != "" {
+				refused[t.Name] = why
+				h.log.Error("tool refused", "tool", t.Name, "plugin", m.name, "reason", why)
+				continue
+			}
+			if slices.Contains(claims[t.Name], m) {
+				continue
+			}
+			if len(claims[t.Name]) == 0 {
+				names = append(names, t.Name)
+			}
+			claims[t.Name] = append(claims[t.Name], m)
+			specs[t.Name] = append(specs[t.Name], t)
+		}
+		m.mu.Lock()
+		m.refused = refused
+		m.mu.Unlock()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, t := range desc.Tools {
-		if other, ok := h.tools[t.Name]; ok {
-			h.log.Error("tool refused: name taken", "tool", t.Name, "plugin", m.name, "kept_from", other.plugin.name)
+	usable := 0
+	for _, name := range names {
+		owners, ts := claims[name], specs[name]
+		t := ts[0]
+		e := &toolEntry{plugin: owners[0], spec: t, tool: schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}}
+		for _, other := range ts {
+			e.needsApproval = e.needsApproval || other.NeedsApproval
+		}
+		if len(owners) > 1 {
+			for _, m := range owners {
+				e.clash = append(e.clash, m.name)
+			}
+			h.log.Error("tool refused: more than one plugin declares it", "tool", name, "plugins", strings.Join(e.clash, ","))
+		} else if usable++; usable > h.opts.Limits.Tools {
+			why := fmt.Sprintf("refused: the daemon already offers %d tools, its limit (MMCP_TOOLS_MAX)", h.opts.Limits.Tools)
+			owners[0].mu.Lock()
+			owners[0].refused[name] = why
+			owners[0].mu.Unlock()
+			h.log.Error("tool refused", "tool", name, "plugin", owners[0].name, "reason", why)
 			continue
 		}
-		h.tools[t.Name] = &toolEntry{plugin: m, spec: t, tool: schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}}
+		h.tools[name] = e
 	}
 }
 
@@ -283,7 +392,7 @@ func (h *Host) Tools() []loop.Tool {
 	defer h.mu.RUnlock()
 	out := make([]loop.Tool, 0, len(h.tools))
 	for _, e := range h.tools {
-		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.spec.NeedsApproval, Disabled: h.disabled(e)})
+		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Disabled: h.disabled(e)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -291,6 +400,9 @@ func (h *Host) Tools() []loop.Tool {
 
 // disabled says why a tool cannot be used now, or "".
 func (h *Host) disabled(e *toolEntry) string {
+	if len(e.clash) > 1 {
+		return clashReason(e.tool.Name, e.clash)
+	}
 	m := e.plugin
 	m.mu.Lock()
 	st, reason, next := m.status, m.reason, m.nextStart
@@ -308,6 +420,15 @@ func (h *Host) disabled(e *toolEntry) string {
 		return fmt.Sprintf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
 	}
 	return ""
+}
+
+// clashReason says why a tool that several plugins declare is refused.
+func clashReason(tool string, plugins []string) string {
+	list, all := strings.Join(plugins[:len(plugins)-1], ", ")+" and "+plugins[len(plugins)-1], "all"
+	if len(plugins) == 2 {
+		all = "both"
+	}
+	return fmt.Sprintf("refused: plugins %s %s declare a tool named %s; remove or rename one of them", list, all, tool)
 }
 
 // toolError is an error the tool itself reported: a result, not a failure of

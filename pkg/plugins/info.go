@@ -55,7 +55,7 @@ func (h *Host) Plugins() []Info {
 		m.mu.Lock()
 		info := Info{Name: m.name, Path: m.path, Status: m.status, Reason: m.reason, Restarts: m.restarts,
 			Tools: []ToolInfo{}, Settings: []SettingInfo{}, Contexts: []string{}}
-		desc := m.desc
+		desc, refused := m.desc, m.refused
 		m.mu.Unlock()
 		if desc != nil {
 			info.Version = desc.Version
@@ -76,11 +76,20 @@ func (h *Host) Plugins() []Info {
 			}
 			for _, t := range desc.Tools {
 				ti := ToolInfo{Name: t.Name, Description: t.Description, NeedsApproval: t.NeedsApproval, TimeoutMs: t.TimeoutMs}
-				if e, ok := owner[t.Name]; ok && e.plugin == m {
+				e, ok := owner[t.Name]
+				switch {
+				case refused[t.Name] != "":
+					ti.Disabled = refused[t.Name]
+				case !ok:
+					ti.Disabled = "not registered: the plugin declared it after its first start"
+				case len(e.clash) > 1:
+					ti.Disabled = h.disabled(e)
+				case e.plugin != m:
+					ti.Disabled = "refused: plugin " + e.plugin.name + " has a tool with this name"
+				default:
 					ti.Breaker = h.opts.Breakers.State(t.Name)
 					ti.Disabled = h.disabled(e)
-				} else {
-					ti.Disabled = "refused: another plugin has a tool with this name"
+					ti.NeedsApproval = e.needsApproval
 				}
 				info.Tools = append(info.Tools, ti)
 			}

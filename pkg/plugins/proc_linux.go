@@ -1,14 +1,63 @@
 package plugins
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 )
 
-// dieWithParent makes the kernel kill the plugin when the daemon dies, even
-// by SIGKILL, so plugins are never orphaned. Its own process group keeps a
-// terminal's Ctrl-C or a supervisor's group-wide SIGTERM for the daemon,
-// which then stops its plugins in order.
-func dieWithParent(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+// isolate sets how a plugin process starts. Its own process group keeps a
+// terminal's Ctrl-C or a supervisor's group-wide SIGTERM for the daemon, and
+// lets the daemon kill the plugin with every child it forked. Pdeathsig makes
+// the kernel kill the plugin when the daemon dies, even by SIGKILL.
+//
+// With pidns the plugin is also the first process of a pid namespace of its
+// own: when it dies, by any means, the kernel kills everything it started,
+// even a child that left the process group with setsid. Root can make one
+// directly; any other user makes it inside a user namespace of its own that
+// maps only its own uid and gid, so the plugin gains no privilege outside.
+//
+// cred, when not nil, is the user the plugin runs as (the daemon is root).
+func isolate(cmd *exec.Cmd, cred *syscall.Credential, pidns bool) {
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	if pidns {
+		attr.Cloneflags = syscall.CLONE_NEWPID
+		if os.Geteuid() != 0 {
+			attr.Cloneflags |= syscall.CLONE_NEWUSER
+			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+			attr.GidMappingsEnableSetgroups = false
+		}
+	}
+	cmd.SysProcAttr = attr
+}
+
+// namespaceRefused reports whether starting a process failed because the
+// kernel or a container runtime would not make the namespaces isolate asked
+// for: without CAP_SYS_ADMIN, with user namespaces switched off, or past
+// their limit.
+func namespaceRefused(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)
+}
+
+// killGroup sends SIGKILL to every process in the process group pgid: the
+// plugin and whatever it forked that stayed in its group.
+func killGroup(pgid int) {
+	if pgid > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// NotDumpable makes the calling process non-dumpable: another process of the
+// same user can then neither ptrace it nor read its /proc files (environ,
+// mem, cmdline, fd), and it leaves no core file. The daemon calls it at start
+// for its own secrets, and so does every SDK plugin for its settings.
+func NotDumpable() error {
+	const prSetDumpable = 4 // PR_SET_DUMPABLE, linux/prctl.h
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }

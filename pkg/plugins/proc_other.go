@@ -2,8 +2,18 @@
 
 package plugins
 
-import "os/exec"
+import (
+	"os/exec"
+	"syscall"
+)
 
-// dieWithParent has no portable equivalent outside Linux: plugins there rely
-// on the daemon's orderly shutdown.
-func dieWithParent(*exec.Cmd) {}
+// isolate has no portable equivalent outside Linux: plugins there rely on the
+// daemon's orderly shutdown, and run as the daemon's user.
+func isolate(*exec.Cmd, *syscall.Credential, bool) {}
+
+func namespaceRefused(error) bool { return false }
+
+func killGroup(int) {}
+
+// NotDumpable does nothing outside Linux.
+func NotDumpable() error { return nil }

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,12 +26,22 @@ type process struct {
 	done   chan struct{} // closed when the process has exited
 }
 
+// spawn says how plugin processes are started.
+type spawn struct {
+	cred  *syscall.Credential // the plugin user; nil: the daemon's own
+	pidns bool                // each plugin in a pid namespace of its own
+}
+
+// errNamespace wraps a start that failed because the namespaces could not be
+// made.
+var errNamespace = errors.New("the kernel refused a pid namespace for the plugin")
+
 // launch starts the binary at path with exactly env, completes the go-plugin
 // handshake and returns a client for the Plugin service.
-func launch(ctx context.Context, path string, env []string, timeout time.Duration, log *slog.Logger, onExit func(*process)) (*process, error) {
+func launch(ctx context.Context, path string, env []string, sp spawn, timeout time.Duration, log *slog.Logger, onExit func(*process)) (*process, error) {
 	cmd := exec.Command(path)
 	cmd.Env = env
-	dieWithParent(cmd)
+	isolate(cmd, sp.cred, sp.pidns)
 	logw := &lineLogger{log: log.With("plugin", NameOf(path))}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -78,6 +89,12 @@ func launch(ctx context.Context, path string, env []string, timeout time.Duratio
 	case s := <-ch:
 		if s.err != nil {
 			p.kill()
+			if cmd.Process == nil && sp.pidns && namespaceRefused(s.err) {
+				return nil, fmt.Errorf("%w: %s", errNamespace, oneLine(s.err.Error()))
+			}
+			if cmd.Process == nil && sp.cred != nil && errors.Is(s.err, syscall.EACCES) {
+				return nil, fmt.Errorf("starting %s as uid %d: %s: the plugin user must be able to read and execute the file and every folder above it (MMCP_PLUGINS_USER)", path, sp.cred.Uid, oneLine(s.err.Error()))
+			}
 			return nil, fmt.Errorf("starting %s: %s", path, oneLine(s.err.Error()))
 		}
 		p.rpc = s.rpc
@@ -93,6 +110,8 @@ func launch(ctx context.Context, path string, env []string, timeout time.Duratio
 		for !client.Exited() {
 			time.Sleep(100 * time.Millisecond)
 		}
+		// Whatever it forked into its group goes with it.
+		killGroup(p.pid)
 		close(p.done)
 		onExit(p)
 	}()
@@ -109,24 +128,29 @@ func (p *process) exited() bool {
 	}
 }
 
-// kill ends the process at once. go-plugin's own Kill waits for a graceful
-// exit and blocks forever on a wedged (stopped) process, so the process gets
-// SIGKILL first and Kill only cleans up, off the caller's path.
+// kill ends the process and its process group at once. go-plugin's own Kill
+// waits for a graceful exit and blocks forever on a wedged (stopped) process,
+// so the group gets SIGKILL first and Kill only cleans up, off the caller's
+// path. The plugin leads its group, so its pid is the group's id.
 func (p *process) kill() {
 	if p.pid > 0 {
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		killGroup(p.pid)
 	} else if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
-		_ = syscall.Kill(rc.Pid, syscall.SIGKILL)
+		killGroup(rc.Pid)
 	}
 	go p.client.Kill()
 }
 
 // stop asks the process to exit, and kills it if it has not within grace.
+// Either way, what it forked into its group is killed with it.
 func (p *process) stop(grace time.Duration) {
 	done := make(chan struct{})
 	go func() { p.client.Kill(); close(done) }()
 	select {
 	case <-done:
+		if p.pid > 0 {
+			killGroup(p.pid)
+		}
 	case <-time.After(grace):
 		p.kill()
 	}

@@ -76,6 +76,16 @@ var pluginName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // show them in logs and use them as map keys in its settings.
 var contextKey = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
+// init makes every plugin process non-dumpable before its main runs: a
+// sibling plugin of the same user can then not read its settings through
+// /proc/<pid>/environ or ptrace it. The kernel resets the flag at each exec,
+// so only the process itself can set it, and the earlier the better.
+func init() {
+	if err := plugins.NotDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "mmcp plugin: cannot make the process non-dumpable: %v\n", err)
+	}
+}
+
 // New starts the declaration of a plugin. name must be the <name> of the
 // binary's file name mmcp-plugin-<name>: the host matches them, and the
 // plugin's settings are named after it.
