@@ -250,10 +250,12 @@ func serve(stderr io.Writer) error {
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
 			ApprovalTTL:        cfg.ApprovalTTL,
 		},
-		Token:    cfg.APIToken.Reveal(),
-		Log:      log,
-		Metrics:  m.Handler(),
-		TurnDone: m.TurnDone,
+		Token:        cfg.APIToken.Reveal(),
+		ListenAddr:   cfg.ListenAddr,
+		AllowedHosts: cfg.AllowedHostList(),
+		Log:          log,
+		Metrics:      m.Handler(),
+		TurnDone:     m.TurnDone,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -31,6 +31,7 @@ const prefix = "mmcp"
 // pin every derived name.
 type Config struct {
 	ListenAddr              string        `split_words:"true" default:"127.0.0.1:8787" desc:"HTTP listen address, host:port"`
+	AllowedHosts            string        `split_words:"true" desc:"comma-separated Host names (name or name:port) the API answers besides localhost, loopback addresses and the listen address; * allows any"`
 	OllamaHost              string        `split_words:"true" default:"http://127.0.0.1:11434" desc:"Ollama server URL or host[:port]; defaults to $OLLAMA_HOST when that is set"`
 	OllamaModel             string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
 	OllamaNumCtx            int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
@@ -109,6 +110,7 @@ func Load() (Config, error) {
 func (c Config) validate() error {
 	return errors.Join(
 		validateListenAddr(c.ListenAddr),
+		validateAllowedHosts(c.AllowedHostList()),
 		nonEmpty("MMCP_OLLAMA_MODEL", c.OllamaModel),
 		atLeast("MMCP_OLLAMA_NUM_CTX", c.OllamaNumCtx, 512),
 		temperature("MMCP_LLM_TEMPERATURE", c.LLMTemperature),
@@ -148,6 +150,43 @@ func validateListenAddr(addr string) error {
 	// Port 0 (pick a free port) stays legal for tests.
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("%s: port must be a number between 0 and 65535, got %q", name, addr)
+	}
+	return nil
+}
+
+// AllowedHostList is MMCP_ALLOWED_HOSTS as a list, empty entries left out
+// (a trailing comma is harmless).
+func (c Config) AllowedHostList() []string {
+	var hosts []string
+	for _, h := range strings.Split(c.AllowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// validateAllowedHosts accepts "*", host names and IP addresses, each with an
+// optional port: what a Host header carries, never a URL.
+func validateAllowedHosts(hosts []string) error {
+	const name = "MMCP_ALLOWED_HOSTS"
+	for _, h := range hosts {
+		if h == "*" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), ""
+		}
+		bad := host == "" || strings.IndexFunc(host, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:%", r))
+		}) >= 0
+		if n, err := strconv.Atoi(port); port != "" && (err != nil || n < 1 || n > 65535) {
+			bad = true
+		}
+		if bad {
+			return fmt.Errorf("%s: %q is not a host name or host:port (example: nas.local,media.example.com:8787, or * for any)", name, h)
+		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 // renaming a setting.
 var documented = []struct{ name, def string }{
 	{"MMCP_LISTEN_ADDR", "127.0.0.1:8787"},
+	{"MMCP_ALLOWED_HOSTS", ""},
 	{"MMCP_OLLAMA_HOST", "http://127.0.0.1:11434"},
 	{"MMCP_OLLAMA_MODEL", "qwen2.5:7b-instruct"},
 	{"MMCP_OLLAMA_NUM_CTX", "8192"},
@@ -137,6 +138,7 @@ var readCases = []struct {
 	apply       func(*Config)
 }{
 	{"MMCP_LISTEN_ADDR", "0.0.0.0:9000", func(c *Config) { c.ListenAddr = "0.0.0.0:9000" }},
+	{"MMCP_ALLOWED_HOSTS", "nas.local, media.example.com:8787,[fd00::1]:8787,*,", func(c *Config) { c.AllowedHosts = "nas.local, media.example.com:8787,[fd00::1]:8787,*," }},
 	{"MMCP_OLLAMA_HOST", "http://gpu-box:11434", func(c *Config) { c.OllamaHost = "http://gpu-box:11434" }},
 	{"MMCP_OLLAMA_MODEL", "llama3.1:8b", func(c *Config) { c.OllamaModel = "llama3.1:8b" }},
 	{"MMCP_OLLAMA_NUM_CTX", "16384", func(c *Config) { c.OllamaNumCtx = 16384 }},
@@ -310,6 +312,12 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_LISTEN_ADDR", "localhost:http"},
 		{"MMCP_LISTEN_ADDR", "localhost:70000"},
 		{"MMCP_LISTEN_ADDR", ""},
+		{"MMCP_ALLOWED_HOSTS", "http://nas.local"},
+		{"MMCP_ALLOWED_HOSTS", "nas.local/"},
+		{"MMCP_ALLOWED_HOSTS", "nas.local:0"},
+		{"MMCP_ALLOWED_HOSTS", "nas.local:http"},
+		{"MMCP_ALLOWED_HOSTS", "ok.example,user@nas.local"},
+		{"MMCP_ALLOWED_HOSTS", "*.example.com"},
 		{"MMCP_OLLAMA_HOST", "ftp://gpu-box"},
 		{"MMCP_OLLAMA_HOST", "gpu-box:abc"},
 		{"MMCP_OLLAMA_HOST", "http://user:pass@gpu-box"},
@@ -521,6 +529,7 @@ func TestEffective(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `MMCP_LISTEN_ADDR=127.0.0.1:8787
+MMCP_ALLOWED_HOSTS=
 MMCP_OLLAMA_HOST=http://127.0.0.1:11434
 MMCP_OLLAMA_MODEL=qwen2.5:7b-instruct
 MMCP_OLLAMA_NUM_CTX=8192

@@ -62,8 +62,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if strings.TrimSpace(req.Message) == "" {
-		s.fail(w, r, http.StatusBadRequest, "invalid_request", "message must not be empty", false)
+	if blank(req.Message) {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "message must not be empty, blank or only invisible characters", false)
 		return
 	}
 	if n := utf8.RuneCountInString(req.Message); n > s.Limits.MaxMessageChars {

@@ -152,6 +152,7 @@ func TestSSE(t *testing.T) {
 	tool := &removeTool{}
 	e := startWith(t, options{tools: tool}, ollamatest.Reply{Content: "garbage"}, final("Streamed answer."))
 	req, _ := http.NewRequest("POST", e.url+"/v1/chat", strings.NewReader(`{"message":"hi"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -186,6 +187,7 @@ func TestSSE(t *testing.T) {
 func TestSSEError(t *testing.T) {
 	e := start(t, "", ollamatest.Reply{Status: 404, Error: "model 'test-model' not found"})
 	req, _ := http.NewRequest("POST", e.url+"/v1/chat", strings.NewReader(`{"message":"hi"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -295,6 +297,7 @@ func TestCancelledTurnIsRecorded(t *testing.T) {
 	first := chat(t, e, `{"message":"hi"}`)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/chat", strings.NewReader(fmt.Sprintf(`{"message":"slow one","session_id":%q}`, first.SessionID)))
+	req.Header.Set("Content-Type", "application/json")
 	go func() {
 		for len(e.fake.Requests()) < 2 {
 			time.Sleep(5 * time.Millisecond)

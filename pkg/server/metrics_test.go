@@ -157,6 +157,7 @@ func TestMetricsCancelledTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

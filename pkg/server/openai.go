@@ -280,18 +280,22 @@ func openAIConversation(msgs []CompletionMessage) (conv convo.Conversation, mess
 	}
 	var instructions []string
 	for i, m := range msgs {
+		field := fmt.Sprintf("messages[%d].content", i)
 		text, err := contentText(m.Content)
-		if err != nil {
-			return conv, "", fmt.Sprintf("messages[%d].content: %v", i, err)
+		if err == nil {
+			err = plainText(field, text)
 		}
-		blank := strings.TrimSpace(text) == ""
+		if err != nil {
+			return conv, "", fmt.Sprintf("%s: %v", field, err)
+		}
+		empty := blank(text)
 		switch {
 		case i == len(msgs)-1:
-			if blank {
+			if empty {
 				return conv, "", "the last user message must not be empty"
 			}
 			message = text
-		case blank && (m.Role == "system" || m.Role == "developer" || m.Role == "user" || m.Role == "assistant"):
+		case empty && (m.Role == "system" || m.Role == "developer" || m.Role == "user" || m.Role == "assistant"):
 		case m.Role == "system" || m.Role == "developer":
 			instructions = append(instructions, text)
 		case m.Role == "user":
@@ -327,6 +331,10 @@ func mustJSON(v any) json.RawMessage {
 func contentText(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
+	}
+	// encoding/json would quietly make a lone surrogate U+FFFD.
+	if esc, ok := loneSurrogate(raw); ok {
+		return "", fmt.Errorf("holds a lone UTF-16 surrogate escape (%s); JSON text must be valid Unicode", esc)
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {

@@ -5,7 +5,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,9 +72,15 @@ type Server struct {
 	Metrics http.Handler // GET /metrics; nil serves none
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
-	Token  string
-	Limits Limits
-	Log    *slog.Logger
+	Token string
+	// ListenAddr is the address the daemon was told to listen on
+	// (MMCP_LISTEN_ADDR); its host is one of the Hosts requests may name.
+	ListenAddr string
+	// AllowedHosts are the other Host names requests may carry
+	// (MMCP_ALLOWED_HOSTS): "name" (any port), "name:port", or "*" for any.
+	AllowedHosts []string
+	Limits       Limits
+	Log          *slog.Logger
 	// TurnDone, when set, is told how each finished turn ended: answer,
 	// action_request, failed or cancelled.
 	TurnDone func(outcome string)
@@ -112,28 +117,37 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
-	return s.traced(s.authorized(s.unrouted(mux)))
+	return s.traced(s.guarded(s.authorized(s.unrouted(mux))))
 }
 
 // unrouted answers requests no route takes (404, or 405 for a known path with
-// another method) in the error envelope instead of the mux's plain text.
+// another method) in the error envelope instead of the mux's plain text, and
+// refuses a write whose body is not JSON (415).
 func (s *Server) unrouted(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.EscapedPath()) {
+			// The mux would redirect to the cleaned path, or answer a
+			// redirect without a Location when nothing is there.
+			s.fail(w, r, http.StatusNotFound, "not_found", "no route for "+r.Method+" "+r.URL.Path+" (paths are taken as written: no . or .. segments, no double slashes)", false)
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
+			if !jsonBody(r) {
+				s.fail(w, r, http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be JSON: send Content-Type: application/json", false)
+				return
+			}
 			mux.ServeHTTP(w, r) // through the mux, which sets the path values
 			return
 		}
 		probe := &probeWriter{header: http.Header{}, Code: http.StatusNotFound}
 		h.ServeHTTP(probe, r)
-		if allow := probe.Header().Get("Allow"); allow != "" {
-			w.Header().Set("Allow", allow)
-		}
-		code := "not_found"
+		status, code := http.StatusNotFound, "not_found"
 		if probe.Code == http.StatusMethodNotAllowed {
-			code = "method_not_allowed"
+			w.Header().Set("Allow", probe.Header().Get("Allow"))
+			status, code = http.StatusMethodNotAllowed, "method_not_allowed"
 		}
-		s.fail(w, r, probe.Code, code, "no route for "+r.Method+" "+r.URL.Path, false)
+		s.fail(w, r, status, code, "no route for "+r.Method+" "+r.URL.Path, false)
 	})
 }
 
@@ -143,13 +157,14 @@ func (s *Server) authorized(next http.Handler) http.Handler {
 	if s.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mmcpd"`)
-			s.fail(w, r, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (MMCP_API_TOKEN)", false)
-			return
+		if r.URL.Path != "/healthz" {
+			token, ok := bearerToken(r.Header.Get("Authorization"))
+			if !ok || !tokenMatches(token, s.Token) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mmcpd"`)
+				s.fail(w, r, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (MMCP_API_TOKEN)", false)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -259,9 +274,10 @@ func (s *Server) schema(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(u.Format())
 }
 
-// decode reads a JSON body into v, answering the client itself when it
-// cannot: 413 past MaxBodyBytes, 400 for invalid UTF-8, invalid JSON and
-// unknown fields.
+// decode reads a JSON body into v, a pointer to a struct, answering the
+// client itself when it cannot: 413 past MaxBodyBytes, 400 for invalid UTF-8,
+// invalid JSON, and what checkObject refuses (keys not spelt exactly as the
+// struct's, duplicate keys, lone surrogates, control characters).
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
@@ -285,6 +301,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	if dec.More() {
 		s.fail(w, r, http.StatusBadRequest, "invalid_request", "request body holds more than one JSON value", false)
+		return false
+	}
+	if err := checkObject(body, v); err != nil {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", err.Error(), false)
 		return false
 	}
 	return true

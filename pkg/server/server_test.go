@@ -95,6 +95,9 @@ func (e *env) do(t *testing.T, method, path, body string, header ...string) (*ht
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // as every client of this JSON API
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -122,8 +122,8 @@ func (s *Server) renameSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	title := strings.TrimSpace(req.Title)
-	if title == "" || utf8.RuneCountInString(title) > 200 {
-		s.fail(w, r, http.StatusBadRequest, "invalid_request", "title must be 1 to 200 characters", false)
+	if blank(title) || utf8.RuneCountInString(title) > 200 {
+		s.fail(w, r, http.StatusBadRequest, "invalid_request", "title must be 1 to 200 characters, not only blank or invisible ones", false)
 		return
 	}
 	id := r.PathValue("id")
