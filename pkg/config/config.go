@@ -3,6 +3,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -346,23 +347,42 @@ func (c Config) Warnings() []string {
 // token: anyone who could reach it could drive the agent and its tools.
 func (c Config) CheckExposure() error {
 	if c.APIToken == "" && !isLoopback(c.ListenAddr) {
-		return fmt.Errorf("MMCP_LISTEN_ADDR=%s is reachable from other machines and MMCP_API_TOKEN is empty; set a token (for example MMCP_API_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1", c.ListenAddr)
+		return fmt.Errorf("MMCP_LISTEN_ADDR=%s may be reachable from other machines (a name counts as local only when every address it resolves to is loopback) and MMCP_API_TOKEN is empty; set a token (for example MMCP_API_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1", c.ListenAddr)
 	}
 	return nil
 }
 
-// isLoopback reports whether addr only accepts local connections. An empty
-// host or an unresolved name counts as exposed, to err on the side of warning.
+// lookupHost resolves a host name to its addresses; tests replace it so that
+// they do not depend on the machine's /etc/hosts or DNS.
+var lookupHost = func(host string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return net.DefaultResolver.LookupHost(ctx, host)
+}
+
+// isLoopback reports whether addr only accepts local connections. A name
+// counts only when every address it resolves to is loopback: net.Listen
+// binds one of them, and "localhost" may be mapped elsewhere (a hosts file,
+// a resolver that answers it). An empty host, or a name that does not
+// resolve, counts as exposed, to err on the side of refusing.
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err != nil || host == "" {
 		return false
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	addrs, err := lookupHost(host)
+	if err != nil || len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 const usageFormat = `VARIABLE	TYPE	DEFAULT	DESCRIPTION

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"os"
 	"reflect"
 	"strings"
@@ -432,6 +433,7 @@ func TestSlogLevel(t *testing.T) {
 }
 
 func TestWarnings(t *testing.T) {
+	resolveAs(t, map[string][]string{"localhost": {"127.0.0.1", "::1"}})
 	with := func(f func(*Config)) Config {
 		c := defaults
 		f(&c)
@@ -582,5 +584,58 @@ func TestEffectiveRoundTrips(t *testing.T) {
 	}
 	if got := mustLoad(t); got != c {
 		t.Errorf("round trip = %+v, want %+v", got, c)
+	}
+}
+
+// resolveAs makes lookupHost answer from names for the rest of the test.
+func resolveAs(t *testing.T, names map[string][]string) {
+	t.Helper()
+	old := lookupHost
+	t.Cleanup(func() { lookupHost = old })
+	lookupHost = func(host string) ([]string, error) {
+		if addrs, ok := names[strings.ToLower(host)]; ok {
+			return addrs, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+}
+
+// TestLoopbackNeedsEveryAddressLocal: a name counts as loopback only when
+// every address it resolves to is one; a localhost that /etc/hosts (or a
+// resolver) points elsewhere would expose the daemon without a token.
+func TestLoopbackNeedsEveryAddressLocal(t *testing.T) {
+	tests := []struct {
+		desc     string
+		names    map[string][]string
+		addr     string
+		loopback bool
+	}{
+		{"localhost to loopback", map[string][]string{"localhost": {"127.0.0.1", "::1"}}, "localhost:8787", true},
+		{"localhost to a LAN address", map[string][]string{"localhost": {"192.168.1.5"}}, "localhost:8787", false},
+		{"localhost upper case to a LAN address", map[string][]string{"localhost": {"192.168.1.5"}}, "LOCALHOST:8787", false},
+		{"localhost to both", map[string][]string{"localhost": {"127.0.0.1", "10.0.0.7"}}, "localhost:8787", false},
+		{"localhost to nothing", map[string][]string{"localhost": {}}, "localhost:8787", false},
+		{"localhost unresolved", nil, "localhost:8787", false},
+		{"another name to loopback", map[string][]string{"mybox": {"127.0.1.1"}}, "mybox:8787", true},
+		{"another name to a LAN address", map[string][]string{"mybox": {"192.168.1.5"}}, "mybox:8787", false},
+		{"IPv4 loopback", nil, "127.0.0.1:8787", true},
+		{"IPv6 loopback", nil, "[::1]:8787", true},
+		{"all interfaces", nil, "0.0.0.0:8787", false},
+		{"no host", nil, ":8787", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			resolveAs(t, tc.names)
+			c := defaults
+			c.ListenAddr = tc.addr
+			err := c.CheckExposure()
+			if (err == nil) != tc.loopback {
+				t.Errorf("CheckExposure() for %s = %v, want loopback %v", tc.addr, err, tc.loopback)
+			}
+			c.APIToken = "t"
+			if err := c.CheckExposure(); err != nil {
+				t.Errorf("with a token: %v", err)
+			}
+		})
 	}
 }
