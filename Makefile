@@ -30,7 +30,7 @@ bench:
 # Each fuzz target for a while; FUZZTIME=5m make fuzz for a longer look.
 FUZZTIME ?= 30s
 fuzz:
-	@for pkg in ./pkg/schema ./pkg/context; do \
+	@for pkg in ./pkg/schema ./pkg/context ./pkg/redact; do \
 		for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 		done; \

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // normalizeOllamaHost turns what users put in OLLAMA_HOST into a base URL,
@@ -41,7 +43,7 @@ func normalizeOllamaHost(s string) (string, error) {
 		if strings.Contains(s, "@") {
 			return "", invalid("cannot parse the value (not shown: it may contain credentials)")
 		}
-		return "", invalid("cannot parse %q", s)
+		return "", invalid("cannot parse %q", redact.URL(s))
 	}
 	if u.User != nil {
 		// The URL is logged and shown by Effective; credentials must not be.
@@ -51,7 +53,8 @@ func normalizeOllamaHost(s string) (string, error) {
 		return "", invalid("scheme must be http or https, got %q", u.Scheme)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", invalid("query and fragment are not supported, got %q", s)
+		// The query may hold a key: the message is logged.
+		return "", invalid("query and fragment are not supported, got %q", redact.URL(s))
 	}
 
 	host, port := u.Hostname(), u.Port()

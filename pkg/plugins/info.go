@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"sort"
+
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // Info is a plugin as GET /v1/plugins shows it. Secret values never appear.
@@ -67,7 +69,8 @@ func (h *Host) Plugins() []Info {
 				case s.Secret:
 					si.Value = Mask
 				default:
-					si.Value = v
+					// A URL may carry credentials of its own (user:pass@, ?apikey=).
+					si.Value = redact.URL(v)
 				}
 				info.Settings = append(info.Settings, si)
 			}

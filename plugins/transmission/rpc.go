@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // sessionHeader carries Transmission's CSRF token (rpc-spec 2.3.1).
@@ -89,7 +90,7 @@ func (c *rpcClient) call(ctx context.Context, method string, args, out any) erro
 func (c *rpcClient) post(ctx context.Context, body []byte) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.api.Base.String(), bytes.NewReader(body))
 	if err != nil {
-		return nil, nil, fmt.Errorf("Transmission: building the request: %w", err)
+		return nil, nil, fmt.Errorf("Transmission: building the request: %w", redact.Error(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -131,12 +132,14 @@ func (c *rpcClient) transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // the caller's deadline or cancellation: the host reports it
 	}
-	where := c.api.Base.Redacted()
+	where := c.api.Redacted()
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("Transmission did not answer within %s at %s: %w", c.api.HTTP.Timeout, where, httpapi.ErrUnreachable)
 	}
-	reason := err.Error()
+	// A *url.Error quotes the whole URL; what went wrong is in the error it
+	// wraps.
+	reason := redact.Error(err).Error()
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		reason = ue.Err.Error()
@@ -161,7 +164,7 @@ func (c *rpcClient) statusError(resp *http.Response, body []byte, method string)
 	case code == http.StatusMisdirectedRequest:
 		return fmt.Errorf("Transmission refused the host name of %s (421); add it to rpc-host-whitelist in its settings.json or use an IP address: %w", envURL, httpapi.ErrAuth)
 	case code == http.StatusNotFound:
-		return fmt.Errorf("Transmission: no RPC endpoint at %s (404); check %s (it usually ends in /transmission/rpc): %w", c.api.Base.Redacted(), envURL, httpapi.ErrNotFound)
+		return fmt.Errorf("Transmission: no RPC endpoint at %s (404); check %s (it usually ends in /transmission/rpc): %w", c.api.Redacted(), envURL, httpapi.ErrNotFound)
 	case code == http.StatusTooManyRequests:
 		wait := ""
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {

@@ -19,6 +19,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/html/charset"
+
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // maxRedirects is how many redirects one fetch follows.
@@ -168,8 +170,13 @@ type redirectError struct {
 	err    error
 }
 
-func (e *redirectError) Error() string { return e.target.Redacted() + ": " + e.err.Error() }
+func (e *redirectError) Error() string { return shown(e.target) + ": " + e.err.Error() }
 func (e *redirectError) Unwrap() error { return e.err }
+
+// shown is u as an error shows it, with its credentials masked (the password
+// of user:pass@, secret-looking query values such as a signed link's token):
+// a redirect target comes from the site, not from the model.
+func shown(u *url.URL) string { return redact.URL(u.String()) }
 
 func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	err := f.checkURL(req.URL)
@@ -199,16 +206,16 @@ func (f *fetcher) fetch(ctx context.Context, a fetchArgs) (fetchResult, error) {
 	raw := strings.TrimSpace(a.URL)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fetchResult{}, fmt.Errorf("%q is not a URL: %v", raw, err)
+		return fetchResult{}, fmt.Errorf("%q is not a URL: %v", redact.URL(raw), redact.Error(err))
 	}
 	if err := f.checkURL(u); err != nil {
-		return fetchResult{}, f.refuse(raw, "", err)
+		return fetchResult{}, f.refuse(redact.URL(raw), "", err)
 	}
 	fetchCtx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(fetchCtx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return fetchResult{}, fmt.Errorf("%q is not a URL web_fetch can request: %v", raw, err)
+		return fetchResult{}, fmt.Errorf("%q is not a URL web_fetch can request: %v", redact.URL(raw), redact.Error(err))
 	}
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Accept", acceptHeader)
@@ -217,8 +224,8 @@ func (f *fetcher) fetch(ctx context.Context, a fetchArgs) (fetchResult, error) {
 		return fetchResult{}, f.failure(ctx, fetchCtx, u, err)
 	}
 	defer resp.Body.Close()
-	final := resp.Request.URL.Redacted()
-	if err := statusError(final, resp); err != nil {
+	final := resp.Request.URL.Redacted() // the page's address, for the model to cite
+	if err := statusError(shown(resp.Request.URL), resp); err != nil {
 		return fetchResult{}, err
 	}
 
@@ -226,7 +233,7 @@ func (f *fetcher) fetch(ctx context.Context, a fetchArgs) (fetchResult, error) {
 	mediaType, _, _ := mime.ParseMediaType(declared)
 	mediaType = strings.ToLower(mediaType)
 	if mediaType != "" && classify(mediaType) == binary {
-		return fetchResult{}, binaryError(final, mediaType)
+		return fetchResult{}, binaryError(shown(resp.Request.URL), mediaType)
 	}
 	body, truncated, err := readCapped(resp.Body, f.maxBytes)
 	if fetchCtx.Err() != nil && !truncated {
@@ -242,7 +249,7 @@ func (f *fetcher) fetch(ctx context.Context, a fetchArgs) (fetchResult, error) {
 	}
 	kind := classify(mediaType)
 	if kind == binary || bytes.IndexByte(body[:min(len(body), 1024)], 0) >= 0 {
-		return fetchResult{}, binaryError(final, mediaType)
+		return fetchResult{}, binaryError(shown(resp.Request.URL), mediaType)
 	}
 	text := decode(body, declared)
 
@@ -383,7 +390,7 @@ func (f *fetcher) failure(ctx, fetchCtx context.Context, u *url.URL, err error) 
 	}
 	// An error on the way through redirects concerns the redirect's
 	// target, not the URL asked for.
-	raw, target, host := u.Redacted(), "", u.Hostname()
+	raw, target, host := shown(u), "", u.Hostname()
 	var (
 		rde  *redirectError
 		ue   *url.Error
@@ -393,10 +400,10 @@ func (f *fetcher) failure(ctx, fetchCtx context.Context, u *url.URL, err error) 
 	)
 	switch {
 	case errors.As(err, &rde):
-		target, host = rde.target.Redacted(), rde.target.Hostname()
+		target, host = shown(rde.target), rde.target.Hostname()
 	case errors.As(err, &ue) && ue.URL != u.String():
 		if t, perr := url.Parse(ue.URL); perr == nil {
-			target, host = t.Redacted(), t.Hostname()
+			target, host = shown(t), t.Hostname()
 		}
 	}
 	switch {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // Kinds of failure, for errors.Is. Every error a Client returns wraps one.
@@ -53,11 +55,26 @@ type Client struct {
 func New(service, base, urlVar string, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(base))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s: %q is not an http(s) URL", urlVar, base)
+		return nil, fmt.Errorf("%s: %s is not an http(s) URL", urlVar, quote(base))
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	return &Client{Service: service, Base: u, HTTP: &http.Client{Timeout: timeout}, URLVar: urlVar}, nil
 }
+
+// quote is a URL setting's value as an error shows it: with its credentials
+// masked, and not at all when it has an @ but no "//", as in user:pass@host,
+// since then what follows the colon may be a password redact cannot place.
+func quote(value string) string {
+	if strings.Contains(value, "@") && !strings.Contains(value, "//") {
+		return "the value (not shown: it may hold credentials)"
+	}
+	return strconv.Quote(redact.URL(value))
+}
+
+// Redacted is the base URL as messages show it: its user's password and its
+// secret-looking query parameters are masked (see redact.URL). The model
+// reads tool errors, and a log line can be shared.
+func (c *Client) Redacted() string { return redact.URL(c.Base.String()) }
 
 // URL returns the full URL of path (with query) under the base.
 func (c *Client) URL(path string, query url.Values) string {
@@ -85,7 +102,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.URL(path, query), rd)
 	if err != nil {
-		return fmt.Errorf("%s: building the request: %w", c.Service, err)
+		return fmt.Errorf("%s: building the request: %w", c.Service, redact.Error(err))
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -127,14 +144,16 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%s did not answer within %s at %s: %w", c.Service, c.HTTP.Timeout, c.Base.Redacted(), ErrUnreachable)
+		return fmt.Errorf("%s did not answer within %s at %s: %w", c.Service, c.HTTP.Timeout, c.Redacted(), ErrUnreachable)
 	}
-	reason := err.Error()
+	// A *url.Error quotes the whole request URL, query and all; what went
+	// wrong is in the error it wraps.
+	reason := redact.Error(err).Error()
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		reason = ue.Err.Error()
 	}
-	return fmt.Errorf("%s is unreachable at %s (%s); check %s: %w", c.Service, c.Base.Redacted(), reason, c.URLVar, ErrUnreachable)
+	return fmt.Errorf("%s is unreachable at %s (%s); check %s: %w", c.Service, c.Redacted(), reason, c.URLVar, ErrUnreachable)
 }
 
 // statusError maps a status code to an error that says what to do.

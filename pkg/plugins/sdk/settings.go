@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 // settingsState is what Settings learnt: the declared variables, the
@@ -56,7 +58,9 @@ const minSecret = 4
 //
 // Secret values never appear in what the SDK reports, and are blanked out of
 // tool errors, panics and context text (an HTTP error quoting a URL with a
-// key in it, say). Results are sent as the tool made them.
+// key in it, say); so are the credentials a plain setting's URL carries (the
+// password of user:pass@, the value of ?apikey= and the like: see
+// redact.URL). Results are sent as the tool made them.
 func (p *Plugin) Settings(ptr any) {
 	if p.settings.declared {
 		p.fail(errors.New("Settings called twice"))
@@ -85,6 +89,15 @@ func (p *Plugin) Settings(ptr any) {
 		if !set {
 			value = v.def
 		}
+		if !v.secret {
+			// A plain URL setting may still carry credentials (user:pass@,
+			// ?apikey=), and an HTTP error may quote the URL.
+			for _, part := range redact.Secrets(value) {
+				if len(part) >= minSecret {
+					st.secrets = append(st.secrets, part)
+				}
+			}
+		}
 		if value == "" && v.required {
 			// envconfig takes an empty string as a value; for a required
 			// setting it is as good as none.
@@ -101,6 +114,9 @@ func (p *Plugin) Settings(ptr any) {
 		}
 		probes[i] = probe
 	}
+	// Longest first, so that a secret inside another cannot leave part of
+	// that one in a message.
+	slices.SortStableFunc(st.secrets, func(a, b string) int { return len(b) - len(a) })
 	if len(st.problems) > 0 {
 		st.parseFailed = true
 		// Fill what did parse, so that providers not needing the broken
