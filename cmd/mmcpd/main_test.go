@@ -27,6 +27,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Run as root, the daemon starts plugins as nobody (MMCP_PLUGINS_USER),
+	// who must reach them.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	binary = filepath.Join(dir, "mmcpd")
 	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building mmcpd: %v\n%s", err, out)
@@ -50,6 +56,26 @@ func command(env []string, args ...string) *exec.Cmd {
 	}
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "MMCP_DATA_DIR=" + data}, env...)
 	return cmd
+}
+
+// pluginUserDir is a fresh folder the plugin user can read and enter (mode
+// 0755, as is its parent), or also write to (0777) when writable.
+func pluginUserDir(t *testing.T, writable bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	mode := os.FileMode(0o755)
+	if writable {
+		mode = 0o777
+	}
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func freeAddr(t *testing.T) string {

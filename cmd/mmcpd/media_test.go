@@ -203,7 +203,7 @@ type mediaStack struct {
 func startMediaStack(t *testing.T) *mediaStack {
 	t.Helper()
 	bundled, _ := bundledPlugins(t)
-	dir := t.TempDir()
+	dir := pluginUserDir(t, false)
 	for _, n := range []string{"tmdb", "radarr"} {
 		name := plugins.FilePrefix + n
 		src, dst := filepath.Join(bundled, name), filepath.Join(dir, name)

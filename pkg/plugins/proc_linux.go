@@ -15,8 +15,8 @@ import (
 // With pidns the plugin is also the first process of a pid namespace of its
 // own: when it dies, by any means, the kernel kills everything it started,
 // even a child that left the process group with setsid. Root can make one
-// directly; any other user makes it inside a user namespace of its own that
-// maps only its own uid and gid, so the plugin gains no privilege outside.
+// directly; any other user makes it inside a user namespace of its own, where
+// the plugin's privileges reach nothing outside.
 //
 // cred, when not nil, is the user the plugin runs as (the daemon is root).
 func isolate(cmd *exec.Cmd, cred *syscall.Credential, pidns bool) {
@@ -24,10 +24,11 @@ func isolate(cmd *exec.Cmd, cred *syscall.Credential, pidns bool) {
 	if pidns {
 		attr.Cloneflags = syscall.CLONE_NEWPID
 		if os.Geteuid() != 0 {
+			// No uid or gid map: the daemon is non-dumpable, so it could
+			// not write the child's /proc/<pid>/uid_map anyway, and none is
+			// needed. The plugin keeps its real uid and gid for every
+			// access outside; inside it merely reads them as nobody.
 			attr.Cloneflags |= syscall.CLONE_NEWUSER
-			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-			attr.GidMappingsEnableSetgroups = false
 		}
 	}
 	cmd.SysProcAttr = attr

@@ -239,7 +239,34 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, code, err.Error(), true)
 		return
 	}
-	s.reply(w, http.StatusOK, map[string]string{"status": "ready"})
+	ready := map[string]any{"status": "ready"}
+	if warnings := s.pluginWarnings(); len(warnings) > 0 {
+		ready["warnings"] = warnings
+	}
+	s.reply(w, http.StatusOK, ready)
+}
+
+// pluginWarnings lists what keeps a plugin or a tool from serving although
+// the daemon is ready: failed and standby plugins, refused tools (a name two
+// plugins declare is listed once).
+func (s *Server) pluginWarnings() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range s.pluginList() {
+		switch p.Status {
+		case plugins.StatusFailed:
+			out = append(out, "plugin "+p.Name+" failed: "+p.Reason)
+		case plugins.StatusStandby:
+			out = append(out, "plugin "+p.Name+" is on standby: "+p.Reason)
+		}
+		for _, t := range p.Tools {
+			if why, ok := strings.CutPrefix(t.Disabled, "refused: "); ok && !seen[t.Name+why] {
+				seen[t.Name+why] = true
+				out = append(out, "tool "+t.Name+" of plugin "+p.Name+" is refused: "+why)
+			}
+		}
+	}
+	return out
 }
 
 func (s *Server) starting() []string {

@@ -12,7 +12,9 @@
 //	           100ms after its deadline); slow_wait returns its context's
 //	           error as soon as it ends
 //	ignore     ignore_hang ignores its context and never returns
-//	wedge      wedge_freeze stops its own process with SIGSTOP
+//	wedge      wedge_freeze stops its own process with SIGSTOP and never
+//	           answers (in a pid namespace of its own, where a process cannot
+//	           stop itself, the tests stop it from outside)
 //	exit       exit_die exits the process (status 3) mid-call
 //	panic      panic_boom panics
 //	huge       huge_blob returns 50 MB (or {mb} MB) of "x"
@@ -32,7 +34,8 @@
 //	           return the child's pid
 //	snoop      snoop_read {pids} tries to read each /proc/<pid>/environ and
 //	           reports, per pid, "denied: <error>" or "read N bytes"
-//	           (and "canary" when it holds MMCP_CANARY); its own uid first
+//	           (and "canary" when it holds "canary-"); first its own uid and
+//	           whether it can read the environ of a child it starts
 //	needs      required secret setting TOKEN
 //	envdump    envdump_env returns its environment, sorted, one per line
 //	           (newlines in values written \n);
@@ -202,6 +205,21 @@ func main() {
 	case "snoop":
 		sdk.Tool(p, "snoop_read", "Tries to read other processes' environments", func(_ context.Context, a pidsArgs) (string, error) {
 			lines := []string{fmt.Sprintf("uid %d", os.Getuid())}
+			// A child's environment it may read (same user, dumpable):
+			// proof that the probe works.
+			child := exec.Command("sleep", "5")
+			child.Env = []string{"CHILD=1"}
+			if err := child.Start(); err != nil {
+				return "", err
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", hostPID(child.Process.Pid)))
+			_ = child.Process.Kill()
+			_ = child.Wait()
+			if err != nil {
+				lines = append(lines, fmt.Sprintf("child denied: %v", errors.Unwrap(err)))
+			} else {
+				lines = append(lines, fmt.Sprintf("child read %d bytes", len(b)))
+			}
 			for _, pid := range a.Pids {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 				switch {
