@@ -76,7 +76,7 @@ func TestPluginsCannotReadSecrets(t *testing.T) {
 	type run struct {
 		name       string
 		asNobody   bool // the daemon itself runs as nobody
-		pluginUID  int // -1: not checked
+		pluginUID  int  // -1: not checked
 		needsRoot  bool
 		needsTools []string
 	}
