@@ -7,20 +7,38 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ollama/ollama/api"
 
 	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/schema"
 )
 
 // DefaultNumCtx is the context size sent when Options.NumCtx is 0. Ollama's
 // own default is small and it silently cuts long prompts from the front, so
 // a num_ctx is always sent.
 const DefaultNumCtx = 8192
+
+// MaxReplyBytes bounds the content of one reply: the decoder refuses anything
+// longer, so reading more would only cost memory. It holds while the reply is
+// read, not after.
+const MaxReplyBytes = schema.MaxReplyBytes
+
+// maxBodyBytes bounds the bytes read from one response body, whatever its
+// lines hold: without it a line with no newline would be buffered before its
+// content could be counted. The client asks for one JSON line (stream false),
+// and a reply at the content cap takes at most 6 times that on the wire (JSON's
+// worst escaping, \u00XX for every byte) plus the other fields, which 64 KiB
+// covers many times over. A server that streams anyway spends ~150 bytes of
+// envelope per line, so a long streamed reply may end here before the content
+// cap does; both end the call with ErrReplyTooLarge.
+const maxBodyBytes = 6*MaxReplyBytes + 64<<10
 
 // maxBackoff caps the doubling so that a large Retries setting cannot turn
 // into waits of minutes or hours between two attempts.
@@ -77,7 +95,7 @@ func New(o Options) (*Client, error) {
 	c := &Client{
 		// A client of our own: http.DefaultClient has no timeout, and a hung
 		// model would hang the turn.
-		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout, Transport: transport()}),
+		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout, Transport: capped{transport()}}),
 		host:        host,
 		model:       model,
 		numCtx:      o.NumCtx,
@@ -212,14 +230,27 @@ func wireRole(r convo.Role) (string, error) {
 }
 
 func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, error) {
+	// Cancelling this context drops the connection: the rest of a reply that
+	// is too large is never read.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var overBody atomic.Bool
+	ctx = context.WithValue(ctx, bodyCapKey{}, &overBody)
+
 	var (
-		chunks  int
-		done    bool
-		content strings.Builder
-		final   api.ChatResponse
+		chunks   int
+		done     bool
+		overCaps bool
+		content  strings.Builder
+		final    api.ChatResponse
 	)
 	err := c.api.Chat(ctx, req, func(r api.ChatResponse) error {
 		chunks++
+		if content.Len()+len(r.Message.Content) > MaxReplyBytes {
+			overCaps = true
+			cancel()
+			return errTooLarge
+		}
 		content.WriteString(r.Message.Content)
 		if r.Done {
 			done = true
@@ -227,7 +258,14 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 		}
 		return nil
 	})
-	if err != nil {
+	// The api client's line scanner ends quietly on a read error, so the
+	// body cap is known by its flag, not by err.
+	switch {
+	case overCaps:
+		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes (%d KiB) of content, the most a reply may have", MaxReplyBytes, MaxReplyBytes>>10))
+	case overBody.Load():
+		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes of response body, the most a reply of %d bytes (%d KiB) of content may take", maxBodyBytes, MaxReplyBytes, MaxReplyBytes>>10))
+	case err != nil:
 		return Reply{}, err
 	}
 	// The api client returns nil for a 200 with an empty or cut-off body
@@ -260,3 +298,54 @@ func transport() *http.Transport {
 	t.IdleConnTimeout = 5 * time.Second
 	return t
 }
+
+// errTooLarge stops the api client's read loop; chatOnce replaces it with an
+// error for a person.
+var errTooLarge = errors.New("reply too large")
+
+// bodyCapKey marks, in a request's context, the flag capped sets when the
+// response body passed maxBodyBytes.
+type bodyCapKey struct{}
+
+// capped is a RoundTripper whose chat response bodies fail past
+// maxBodyBytes, so that no reply, however it is cut into lines, is read whole
+// into memory. Only requests whose context carries a bodyCapKey flag are
+// capped: /api/show (Check) is small, trusted to be, and left alone.
+type capped struct{ base http.RoundTripper }
+
+func (t capped) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if flag, ok := req.Context().Value(bodyCapKey{}).(*atomic.Bool); ok {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, over: flag}
+	}
+	return resp, nil
+}
+
+// cappedBody fails, and sets over, as soon as more than maxBodyBytes have
+// been read: it reads one byte past the bound to know, and no further.
+type cappedBody struct {
+	io.ReadCloser
+	read int64
+	over *atomic.Bool
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.read > maxBodyBytes {
+		return 0, errBodyTooLarge
+	}
+	if rest := maxBodyBytes + 1 - b.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if b.read > maxBodyBytes {
+		b.over.Store(true)
+		return n, errBodyTooLarge
+	}
+	return n, err
+}
+
+var errBodyTooLarge = fmt.Errorf("response body over %d bytes", maxBodyBytes)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -526,5 +528,168 @@ func TestChatModelMissingFromServer(t *testing.T) {
 	_, err := newClient(t, srv.URL).Chat(context.Background(), ask("hi"), schema)
 	if !errors.Is(err, llm.ErrModelMissing) {
 		t.Fatalf("err = %v, want ErrModelMissing", err)
+	}
+}
+
+// finished waits until the fake has stopped writing every response, and
+// gives what it sent.
+func finished(t *testing.T, srv *ollamatest.Server) []ollamatest.Response {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rs := srv.Responses()
+		done := true
+		for _, r := range rs {
+			done = done && r.Ended
+		}
+		if done {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fake is still writing after 10s: %+v", rs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestChatReplyTooLarge sends replies over the content cap (256 KiB, what the
+// decoder accepts): as many done=false lines though the client asked for one
+// (a server that streams anyway), and as one line that never ends. The call
+// must end as soon as the cap is passed, with a model_error (ErrBadResponse)
+// that says so, without reading the rest: the fake sees the client go away.
+func TestChatReplyTooLarge(t *testing.T) {
+	chunk := strings.Repeat("x", 8<<10)
+	tests := []struct {
+		name  string
+		reply ollamatest.Reply
+		size  int64 // bytes of the whole reply
+		calls int   // at once
+		cut   bool  // the client must go away before the end
+	}{
+		{name: "64 MiB as done=false lines", reply: ollamatest.Reply{Content: chunk, Repeat: 8 << 10}, size: 64 << 20, calls: 1, cut: true},
+		{name: "four 64 MiB replies at once", reply: ollamatest.Reply{Content: chunk, Repeat: 8 << 10}, size: 64 << 20, calls: 4, cut: true},
+		{name: "200 MiB in one line without a newline", reply: ollamatest.Reply{Line: 200 << 20}, size: 200 << 20, calls: 1, cut: true},
+		{name: "one byte over the cap in lines", reply: ollamatest.Reply{Content: "x" + chunk, Repeat: 32}, size: 32 * (8<<10 + 1), calls: 1},
+		{name: "1 MiB of content in one reply", reply: ollamatest.Reply{Content: strings.Repeat("x", 1<<20)}, size: 1 << 20, calls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := ollamatest.New(t)
+			srv.Handle(func(api.ChatRequest) ollamatest.Reply { return tt.reply })
+			c := newClient(t, srv.URL, func(o *llm.Options) { o.Timeout = time.Minute })
+
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			errs := make(chan error, tt.calls)
+			for range tt.calls {
+				go func() {
+					_, err := c.Chat(context.Background(), ask("hi"), schema)
+					errs <- err
+				}()
+			}
+			for range tt.calls {
+				err := <-errs
+				if !errors.Is(err, llm.ErrReplyTooLarge) || !errors.Is(err, llm.ErrBadResponse) {
+					t.Errorf("err = %v, want ErrReplyTooLarge, an ErrBadResponse (model_error)", err)
+					continue
+				}
+				for _, s := range []string{"too large", "262144 bytes", model, srv.URL} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("err = %q, want it to contain %q", err, s)
+					}
+				}
+			}
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			t.Logf("%d call(s) took %s and allocated %d MiB in this process (fake included) for %d KiB of reply each",
+				tt.calls, took.Round(time.Millisecond), (after.TotalAlloc-before.TotalAlloc)>>20, tt.size>>10)
+			if took > 5*time.Second {
+				t.Errorf("took %s, want the call(s) to end at the cap", took)
+			}
+
+			rs := finished(t, srv)
+			if len(rs) != tt.calls {
+				t.Fatalf("%d requests, want %d (not retried)", len(rs), tt.calls)
+			}
+			for i, r := range rs {
+				t.Logf("response %d: the fake wrote %d KiB of %d KiB", i, r.Bytes>>10, tt.size>>10)
+				// What the connections hold between the two ends is counted
+				// as written: allow for it, and ask for far less than the
+				// whole reply.
+				if tt.cut && (r.Complete || r.Bytes > tt.size/4) {
+					t.Errorf("response %d: the fake wrote %d of %d bytes (complete %v): the client kept reading", i, r.Bytes, tt.size, r.Complete)
+				}
+			}
+		})
+	}
+}
+
+// TestChatReplyAtTheCap checks the boundary: content of exactly the cap, in
+// lines or in one line, even when JSON escapes every byte of it (six bytes on
+// the wire each), is a reply.
+func TestChatReplyAtTheCap(t *testing.T) {
+	const limit = 256 << 10
+	tests := []struct {
+		name  string
+		reply ollamatest.Reply
+	}{
+		{"in lines", ollamatest.Reply{Content: strings.Repeat("x", 8<<10), Repeat: limit / (8 << 10)}},
+		{"in one line", ollamatest.Reply{Content: strings.Repeat("x", limit)}},
+		{"every byte escaped", ollamatest.Reply{Content: strings.Repeat("<", limit)}},
+		{"every byte a control character", ollamatest.Reply{Content: strings.Repeat("\x01", limit)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := ollamatest.New(t, tt.reply)
+			r, err := newClient(t, srv.URL).Chat(context.Background(), ask("hi"), schema)
+			if err != nil {
+				t.Fatalf("Chat: %v", err)
+			}
+			if len(r.Content) != limit {
+				t.Errorf("content is %d bytes, want %d", len(r.Content), limit)
+			}
+		})
+	}
+}
+
+// TestChatBodyCap checks the bound on the bytes read for one reply, apart
+// from its content: one line padded with a field the client ignores, exactly
+// at the bound and one byte over. The bound is 6 times the content cap (JSON's
+// worst escaping) plus 64 KiB.
+func TestChatBodyCap(t *testing.T) {
+	const bound = 6*llm.MaxReplyBytes + 64<<10
+	line := func(size int) string {
+		head := `{"model":"m","message":{"role":"assistant","content":"{}"},"done":true,"pad":"`
+		tail := "\"}\n"
+		return head + strings.Repeat("p", size-len(head)-len(tail)) + tail
+	}
+	tests := []struct {
+		name string
+		size int
+		want error
+	}{
+		{"at the bound", bound, nil},
+		{"one byte over", bound + 1, llm.ErrReplyTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := line(tt.size)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				_, _ = io.WriteString(w, body)
+			}))
+			defer srv.Close()
+			r, err := newClient(t, srv.URL).Chat(context.Background(), ask("hi"), schema)
+			if tt.want == nil {
+				if err != nil || r.Content != "{}" {
+					t.Fatalf("Chat = %q, %v; want the reply", r.Content, err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), fmt.Sprintf("more than %d bytes of response body", bound)) {
+				t.Errorf("err = %v, want %v naming the bound", err, tt.want)
+			}
+		})
 	}
 }

@@ -23,6 +23,11 @@ var (
 	// ErrBadResponse means a 200 that is empty, incomplete (no final message
 	// with done=true) or carries an error instead of a reply.
 	ErrBadResponse = errors.New("bad response from ollama")
+	// ErrReplyTooLarge means the reply passed MaxReplyBytes of content, or
+	// its response body passed the bound of the bytes read for one; the call
+	// stopped reading there. It is an ErrBadResponse: the server maps both to
+	// model_error.
+	ErrReplyTooLarge = fmt.Errorf("%w: reply too large", ErrBadResponse)
 )
 
 // llmError carries a message meant for a person while errors.Is still finds
@@ -49,6 +54,16 @@ func (c *Client) badResponse(what string) error {
 	return &llmError{
 		msg:  fmt.Sprintf("Ollama at %s sent %s to the chat request for model %q", c.host, what, c.model),
 		kind: ErrBadResponse,
+	}
+}
+
+// tooLarge is the error of a call stopped because the reply passed a cap;
+// what says which.
+func (c *Client) tooLarge(what string) error {
+	return &llmError{
+		msg: fmt.Sprintf("Ollama at %s sent a reply too large to the chat request for model %q: %s; the call was stopped there",
+			c.host, c.model, what),
+		kind: ErrReplyTooLarge,
 	}
 }
 

@@ -6,6 +6,7 @@
 package ollamatest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,6 +42,21 @@ type Reply struct {
 	PromptTokens     int           // prompt_eval_count; 0 means DefaultPromptTokens
 	CompletionTokens int           // eval_count; 0 means DefaultCompletionTokens
 	TotalDuration    time.Duration // total_duration; 0 means DefaultTotalDuration
+	// Repeat > 0 sends Content as that many done=false lines, then a final
+	// line with no content, whatever the request's stream setting: a server
+	// that streams a reply the client asked for whole, or streams a huge one.
+	Repeat int
+	// Line > 0 sends one line of that many bytes and no newline: a chat
+	// response whose content string never ends.
+	Line int
+}
+
+// Response is what the server sent for one /api/chat request, so that a test
+// can tell whether the client read everything or went away first.
+type Response struct {
+	Bytes    int64 // body bytes written (accepted by the connection)
+	Complete bool  // the whole reply was written
+	Ended    bool  // the handler has returned: Bytes and Complete are final
 }
 
 // Server is a running fake Ollama. It is safe for concurrent use.
@@ -55,6 +71,7 @@ type Server struct {
 	script   []Reply
 	handle   func(api.ChatRequest) Reply
 	requests []api.ChatRequest
+	sent     []Response      // one per request, same index
 	models   map[string]bool // nil: every model name is known
 }
 
@@ -102,6 +119,14 @@ func (s *Server) Requests() []api.ChatRequest {
 		out[i] = copyRequest(r)
 	}
 	return out
+}
+
+// Responses returns what was sent for each /api/chat request, in the order of
+// Requests. A response still being written has Ended false.
+func (s *Server) Responses() []Response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
 }
 
 // Models sets the models the server has: /api/show, /api/tags and /api/chat
@@ -169,11 +194,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.requests = append(s.requests, copyRequest(req))
+	s.sent = append(s.sent, Response{})
+	slot := len(s.sent) - 1
 	s.mu.Unlock()
+	cw := &countingWriter{ResponseWriter: w}
+	w = cw
+	defer func() {
+		s.mu.Lock()
+		s.sent[slot] = Response{Bytes: cw.n, Complete: cw.complete, Ended: true}
+		s.mu.Unlock()
+	}()
 
 	if !s.known(req.Model) {
 		// The text real Ollama sends for a model that is not pulled.
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model %q not found, try pulling it first", req.Model))
+		cw.complete = true
 		return
 	}
 
@@ -197,9 +232,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			msg = http.StatusText(reply.Status)
 		}
 		writeError(w, reply.Status, msg)
+		cw.complete = true
 		return
 	case reply.Empty:
 		w.WriteHeader(http.StatusOK)
+		cw.complete = true
+		return
+	case reply.Line > 0:
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		cw.complete = s.endlessLine(cw, r, req.Model, reply.Line)
 		return
 	}
 
@@ -219,17 +260,99 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		final.DoneReason = ""
 	}
 
+	if reply.Repeat > 0 {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		chunk := api.ChatResponse{Model: req.Model, CreatedAt: final.CreatedAt, Message: final.Message}
+		final.Message.Content = ""
+		cw.complete = s.repeat(cw, r, chunk, reply.Repeat) && writeLines(w, final)
+		return
+	}
+
 	// A nil Stream means streaming, as in Ollama: then the content comes in
 	// one chunk and the figures in a final chunk of their own.
 	if req.Stream == nil || *req.Stream {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		chunk := api.ChatResponse{Model: req.Model, CreatedAt: final.CreatedAt, Message: final.Message}
 		final.Message.Content = ""
-		writeLines(w, chunk, final)
+		cw.complete = writeLines(w, chunk, final)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	writeLines(w, final)
+	cw.complete = writeLines(w, final)
+}
+
+// repeat writes chunk n times, one line each, and reports whether every line
+// went out. It stops as soon as the client is gone.
+func (s *Server) repeat(w *countingWriter, r *http.Request, chunk api.ChatResponse, n int) bool {
+	line, err := json.Marshal(chunk)
+	if err != nil {
+		return false
+	}
+	line = append(line, '\n')
+	for range n {
+		if s.gone(r) || w.send(line) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// endlessLine writes size bytes of one chat response whose content string
+// never closes, and no newline. It stops as soon as the client is gone.
+func (s *Server) endlessLine(w *countingWriter, r *http.Request, model string, size int) bool {
+	head := fmt.Sprintf(`{"model":%q,"created_at":%q,"message":{"role":"assistant","content":"`,
+		model, time.Now().UTC().Format(time.RFC3339Nano))
+	fill := bytes.Repeat([]byte("x"), 32<<10)
+	block := []byte(head)
+	for left := size; left > 0; block = fill {
+		if len(block) > left {
+			block = block[:left]
+		}
+		if s.gone(r) || w.send(block) != nil {
+			return false
+		}
+		left -= len(block)
+	}
+	return true
+}
+
+// gone reports whether the client went away or the server is closing.
+func (s *Server) gone(r *http.Request) bool {
+	select {
+	case <-r.Context().Done():
+		return true
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// countingWriter counts the body bytes the connection accepted.
+type countingWriter struct {
+	http.ResponseWriter
+	n        int64
+	complete bool
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// Flush lets writeLines flush through the wrapper.
+func (w *countingWriter) Flush() {
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// send writes p and flushes it, so that a client that went away shows as an
+// error now rather than when the buffer fills.
+func (w *countingWriter) send(p []byte) error {
+	if _, err := w.Write(p); err != nil {
+		return err
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (s *Server) show(w http.ResponseWriter, r *http.Request) {
@@ -299,17 +422,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeLines writes one JSON value per line, as Ollama's chat endpoint does.
-func writeLines(w http.ResponseWriter, vs ...any) {
+// writeLines writes one JSON value per line, as Ollama's chat endpoint does,
+// and reports whether every line was written.
+func writeLines(w http.ResponseWriter, vs ...any) bool {
 	enc := json.NewEncoder(w)
 	for _, v := range vs {
 		if err := enc.Encode(v); err != nil {
-			return
+			return false
 		}
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
 		}
 	}
+	return true
 }
 
 func or[T comparable](v, def T) T {

@@ -274,3 +274,78 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("%d requests recorded, want 20", n)
 	}
 }
+
+// ended waits until the handler of request i has returned and gives what it
+// sent.
+func ended(t *testing.T, s *ollamatest.Server, i int) ollamatest.Response {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if rs := s.Responses(); len(rs) > i && rs[i].Ended {
+			return rs[i]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("response %d still being written after 5s", i)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRepeatAndLine(t *testing.T) {
+	s := ollamatest.New(t,
+		ollamatest.Reply{Content: "ab", Repeat: 3},
+		ollamatest.Reply{Line: 100_000},
+	)
+	c := client(t, s)
+
+	// Lines whatever the request asked for: stream is false here.
+	text, last, lines, err := chat(t, c, false, "a")
+	if err != nil || text != "ababab" || lines != 4 || !last.Done {
+		t.Errorf("repeat: %q %d lines done=%v err=%v, want 3 chunks and a final line", text, lines, last.Done, err)
+	}
+	if r := ended(t, s, 0); !r.Complete || r.Bytes == 0 {
+		t.Errorf("repeat response = %+v, want complete", r)
+	}
+
+	resp, err := http.Post(s.URL+"/api/chat", "application/json", strings.NewReader(`{"model":"m","stream":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) != 100_000 || !strings.HasPrefix(string(body), `{"model":"m","created_at":"`) || strings.ContainsRune(string(body), '\n') {
+		t.Errorf("line: %d bytes starting %.60q, want 100000 bytes of one unfinished line", len(body), body)
+	}
+	if r := ended(t, s, 1); !r.Complete || r.Bytes != 100_000 {
+		t.Errorf("line response = %+v, want 100000 bytes, complete", r)
+	}
+}
+
+// TestHugeReplyStopsWhenTheClientLeaves checks that the fake notices a client
+// that stops reading: what it wrote is what a test compares with the size of
+// the reply.
+func TestHugeReplyStopsWhenTheClientLeaves(t *testing.T) {
+	const total = 1 << 40 // more than could ever be written in the test
+	s := ollamatest.New(t,
+		ollamatest.Reply{Content: strings.Repeat("x", 1<<10), Repeat: total >> 10},
+		ollamatest.Reply{Line: total},
+	)
+	c := client(t, s)
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		err := c.Chat(ctx, &api.ChatRequest{Model: "m", Stream: new(bool)}, func(api.ChatResponse) error {
+			cancel()
+			return errors.New("enough")
+		})
+		cancel()
+		if i == 0 && (err == nil || err.Error() != "enough") {
+			t.Errorf("repeat: err = %v, want the callback's", err)
+		}
+		if r := ended(t, s, i); r.Complete || r.Bytes == 0 || r.Bytes >= total {
+			t.Errorf("response %d = %+v, want cut short", i, r)
+		}
+	}
+}
