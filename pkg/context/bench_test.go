@@ -54,7 +54,11 @@ func BenchmarkWindow10k(b *testing.B) {
 			b.ReportAllocs()
 			var kept int
 			for b.Loop() {
-				kept = len(Window(system, msgs, bc.budget, 4000))
+				w, err := Window(system, msgs, bc.budget, 4000)
+				if err != nil {
+					b.Fatal(err)
+				}
+				kept = len(w)
 			}
 			b.ReportMetric(float64(kept), "msgs")
 		})
@@ -70,7 +74,10 @@ func TestBenchConversation(t *testing.T) {
 	for _, m := range msgs {
 		total += size(m.Content)
 	}
-	w := Window("s", msgs, total+1, 4000)
+	w, err := Window("s", msgs, total+1, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(w) != len(msgs)+1 {
 		t.Errorf("keep-all budget kept %d of %d", len(w)-1, len(msgs))
 	}

@@ -1,6 +1,7 @@
 package context
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -35,14 +36,17 @@ func fuzzConversation(data []byte) []Message {
 func isCall(m Message) bool { return m.Role == Assistant && m.Tool != "" }
 
 // FuzzWindow checks Window's promises on arbitrary conversations: the system
-// prompt first; the newest user message always; the rest a suffix of the
-// conversation, in order, that fits the budget left and is as long as fits;
-// calls and observations together; observations cut as Cut cuts them; the
-// input untouched.
+// prompt first; the current turn (the newest user message and everything
+// after it) whole, or an OverflowError with the true sizes when it does not
+// fit with the system prompt; before it, a suffix of the older messages, in
+// order, that fits the budget left and is as long as fits; calls and
+// observations together; observations cut as Cut cuts them; the input
+// untouched.
 func FuzzWindow(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 0, 2, 3, 1}, "system", 100, 10)
 	f.Add([]byte{0x80, 0xfe, 0x7f, 3, 3, 2, 0}, "", 0, 0)
 	f.Add([]byte{2, 3, 2, 3, 2, 3}, "日本語", 50, 5)
+	f.Add([]byte{0, 2, 3, 1, 0, 2, 3, 2, 3}, "s", 60, 8)
 	f.Add([]byte{}, "s", -1, -1)
 	f.Fuzz(func(t *testing.T, data []byte, system string, budget, maxObs int) {
 		if len(data) > 2000 {
@@ -54,15 +58,12 @@ func FuzzWindow(f *testing.F) {
 		before := make([]Message, len(msgs))
 		copy(before, msgs)
 
-		out := Window(system, msgs, budget, maxObs)
+		out, err := Window(system, msgs, budget, maxObs)
 
 		for i := range msgs {
 			if msgs[i] != before[i] {
 				t.Fatalf("input message %d changed", i)
 			}
-		}
-		if len(out) == 0 || out[0] != (Message{Role: System, Content: system}) {
-			t.Fatalf("first message %+v is not the system prompt", out[:min(1, len(out))])
 		}
 		newestUser := -1
 		for i := len(msgs) - 1; i >= 0; i-- {
@@ -70,6 +71,35 @@ func FuzzWindow(f *testing.F) {
 				newestUser = i
 				break
 			}
+		}
+		// The current turn and what it costs.
+		turnFrom := len(msgs)
+		if newestUser >= 0 {
+			turnFrom = newestUser
+		}
+		sysSize := utf8.RuneCountInString(system)
+		turnSize := 0
+		for _, m := range msgs[turnFrom:] {
+			if m.Role == Observation {
+				m.Content = Cut(m.Content, maxObs)
+			}
+			turnSize += utf8.RuneCountInString(m.Content)
+		}
+		if sysSize+turnSize > budget {
+			var oe *OverflowError
+			if !errors.As(err, &oe) || *oe != (OverflowError{System: sysSize, Turn: turnSize, Budget: budget}) {
+				t.Fatalf("system %d + turn %d > budget %d: err = %v, want an OverflowError with those sizes", sysSize, turnSize, budget, err)
+			}
+			if out != nil {
+				t.Fatalf("a window came with the overflow error: %d messages", len(out))
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("system %d + turn %d fit budget %d: err = %v", sysSize, turnSize, budget, err)
+		}
+		if len(out) == 0 || out[0] != (Message{Role: System, Content: system}) {
+			t.Fatalf("first message %+v is not the system prompt", out[:min(1, len(out))])
 		}
 		// Map the window back to the conversation.
 		var idx []int
@@ -91,48 +121,28 @@ func FuzzWindow(f *testing.F) {
 			}
 			idx = append(idx, i)
 		}
-		kept := map[int]bool{}
-		for _, i := range idx {
-			kept[i] = true
-		}
-		if newestUser >= 0 && !kept[newestUser] {
-			t.Fatalf("newest user message %d dropped; kept %v", newestUser, idx)
-		}
-		// Everything but the newest user message is a suffix.
+		// A suffix of the conversation that holds the whole current turn.
 		from := len(msgs)
-		for _, i := range idx {
-			if i != newestUser {
-				from = i
-				break
-			}
+		if len(idx) > 0 {
+			from = idx[0]
 		}
-		for i := from; i < len(msgs); i++ {
-			if !kept[i] {
-				t.Fatalf("kept %v is not a suffix from %d: %d missing", idx, from, i)
-			}
+		if len(idx) != len(msgs)-from || from > turnFrom {
+			t.Fatalf("kept %v is not a suffix holding the current turn from %d", idx, turnFrom)
 		}
 		// Calls and their observations together.
-		for i := 1; i < len(msgs); i++ {
-			if msgs[i].Role == Observation && isCall(msgs[i-1]) && kept[i] != kept[i-1] {
-				t.Fatalf("call %d and observation %d split (kept %v)", i-1, i, idx)
-			}
+		if from > 0 && from < len(msgs) && msgs[from].Role == Observation && isCall(msgs[from-1]) {
+			t.Fatalf("observation %d kept without its call", from)
 		}
-		// Within budget, counting cut sizes, unless only the forced ones.
-		left := budget - utf8.RuneCountInString(system)
-		if newestUser >= 0 {
-			left -= utf8.RuneCountInString(msgs[newestUser].Content)
-		}
+		// Within budget, counting cut sizes.
 		used := 0
-		for k, i := range idx {
-			if i != newestUser {
-				used += utf8.RuneCountInString(out[k+1].Content)
-			}
+		for _, m := range out {
+			used += utf8.RuneCountInString(m.Content)
 		}
-		if used > max(left, 0) {
-			t.Fatalf("window uses %d characters besides the forced ones, %d were left", used, left)
+		if used > budget {
+			t.Fatalf("window uses %d characters, budget %d", used, budget)
 		}
 		// As long as fits: the unit just before the suffix does not.
-		if start := from - 1; start >= 0 && start != newestUser {
+		if start := from - 1; start >= 0 {
 			if start > 0 && msgs[start].Role == Observation && isCall(msgs[start-1]) {
 				start--
 			}
@@ -144,8 +154,8 @@ func FuzzWindow(f *testing.F) {
 				}
 				unit += utf8.RuneCountInString(m.Content)
 			}
-			if unit <= left-used {
-				t.Fatalf("messages %d..%d (%d characters) were dropped though %d were left", start, from-1, unit, left-used)
+			if unit <= budget-used {
+				t.Fatalf("messages %d..%d (%d characters) were dropped though %d were left", start, from-1, unit, budget-used)
 			}
 		}
 	})

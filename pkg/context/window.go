@@ -5,64 +5,82 @@ import (
 	"unicode/utf8"
 )
 
+// OverflowError says that the system prompt and the current turn (the newest
+// user message and every call and observation after it) do not fit the
+// budget. The window would have to cut the turn itself, and the model would
+// decide without its own tool results: nothing is sent instead.
+type OverflowError struct {
+	System int // characters of the system prompt
+	Turn   int // characters of the current turn, observations at their cut size
+	Budget int // the character budget
+}
+
+func (e *OverflowError) Error() string {
+	return fmt.Sprintf("the prompt (system %d characters + this turn %d characters) exceeds the budget of %d characters",
+		e.System, e.Turn, e.Budget)
+}
+
 // Window returns the messages the model sees for conversation msgs: the system
 // prompt first, then the newest messages that fit in budget characters, in
 // order. Sizes count characters (runes) of message contents, the system prompt
 // included.
 //
-// What always survives: the system prompt and the newest user message, even
-// if together they exceed the budget. What goes first: the oldest messages. An
-// assistant tool call and its observation are kept or dropped together, so the
-// model never sees a result without the call that asked for it. An observation
-// longer than maxObservation characters (when > 0) is cut, with a marker that
-// says how much; the stored conversation is never changed.
-func Window(system string, msgs []Message, budget, maxObservation int) []Message {
-	newestUser := -1
+// What always survives: the system prompt and the current turn, the newest
+// user message and every message after it; when those alone exceed the
+// budget, Window returns an *OverflowError and no messages. What goes first:
+// the oldest messages of earlier turns. An assistant tool call and its
+// observation are kept or dropped together, so the model never sees a result
+// without the call that asked for it. An observation longer than
+// maxObservation characters (when > 0) is cut, with a marker that says how
+// much; the stored conversation is never changed.
+func Window(system string, msgs []Message, budget, maxObservation int) ([]Message, error) {
+	// The current turn starts at the newest user message; with none there is
+	// no turn to keep whole, only history to trim.
+	from := len(msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == User {
-			newestUser = i
+			from = i
 			break
 		}
 	}
-	left := budget - utf8.RuneCountInString(system)
-	if newestUser >= 0 {
-		left -= utf8.RuneCountInString(msgs[newestUser].Content)
+	sys := utf8.RuneCountInString(system)
+	turn := 0
+	for _, m := range msgs[from:] {
+		turn += sizeOf(m, maxObservation)
 	}
+	if sys+turn > budget {
+		return nil, &OverflowError{System: sys, Turn: turn, Budget: budget}
+	}
+	left := budget - sys - turn
 
-	// Walk back from the newest message one unit at a time (a unit is a lone
+	// Walk back through earlier turns one unit at a time (a unit is a lone
 	// message, or a tool call with its observation) until one does not fit.
-	from := len(msgs)
-	for i := len(msgs) - 1; i >= 0; {
+	for i := from - 1; i >= 0; {
 		start := i
 		if msgs[i].Role == Observation && i > 0 && msgs[i-1].Role == Assistant && msgs[i-1].Tool != "" {
 			start = i - 1
 		}
-		if i != newestUser {
-			size := 0
-			for j := start; j <= i; j++ {
-				size += sizeOf(msgs[j], maxObservation)
-			}
-			if size > left {
-				break
-			}
-			left -= size
+		size := 0
+		for j := start; j <= i; j++ {
+			size += sizeOf(msgs[j], maxObservation)
 		}
+		if size > left {
+			break
+		}
+		left -= size
 		from = start
 		i = start - 1
 	}
 
-	out := make([]Message, 0, len(msgs)-from+2)
+	out := make([]Message, 0, len(msgs)-from+1)
 	out = append(out, Message{Role: System, Content: system})
-	if newestUser >= 0 && newestUser < from {
-		out = append(out, msgs[newestUser])
-	}
 	for _, m := range msgs[from:] {
 		if m.Role == Observation {
 			m.Content = Cut(m.Content, maxObservation)
 		}
 		out = append(out, m)
 	}
-	return out
+	return out, nil
 }
 
 func sizeOf(m Message, maxObservation int) int {

@@ -1,6 +1,7 @@
 package context
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -34,45 +35,75 @@ func TestWindow(t *testing.T) {
 		msgs           []Message
 		budget, maxObs int
 		want           []Message
+		overflow       *OverflowError // want this error and no window
 	}{
-		{"empty conversation", s5, nil, 100, 0, []Message{sys(s5)}},
-		{"everything fits", s5, []Message{u1, c1, o1, a1, u2}, 1000, 4000, []Message{sys(s5), u1, c1, o1, a1, u2}},
-		{"exact fit", s5, []Message{u1, a1, u2}, 35, 0, []Message{sys(s5), u1, a1, u2}},
-		{"one over drops the oldest", s5, []Message{u1, a1, u2}, 34, 0, []Message{sys(s5), a1, u2}},
-		{"oldest dropped first", s5, []Message{u1, a1, u2, a2, u3}, 45, 0, []Message{sys(s5), a1, u2, a2, u3}},
-		{"nothing but the newest user fits", s5, []Message{u1, a1, u2}, 15, 0, []Message{sys(s5), u2}},
-		{"system and newest user survive over budget", chars("S", 50), []Message{u1, a1, bigUser}, 10, 0, []Message{sys(chars("S", 50)), bigUser}},
-		{"zero budget", s5, []Message{u1, a1, u2}, 0, 0, []Message{sys(s5), u2}},
-		{"no user message", s5, []Message{c1, o1, a1}, 35, 0, []Message{sys(s5), c1, o1, a1}},
-		{"no user message, over budget", s5, []Message{c1, o1, a1}, 25, 0, []Message{sys(s5), a1}},
-		{"pair kept together", s5, []Message{u1, c1, o1}, 35, 0, []Message{sys(s5), u1, c1, o1}},
-		// 10 characters are left after the user message: the observation
-		// alone would fit, but never without its call.
-		{"pair dropped together in the current turn", s5, []Message{u1, c1, o1}, 25, 0, []Message{sys(s5), u1}},
-		{"pair dropped together in history", s5, []Message{u1, c1, o1, u2}, 25, 0, []Message{sys(s5), u2}},
-		{"one of two pairs", s5, []Message{u1, c1, o1, c2, o2}, 35, 0, []Message{sys(s5), u1, c2, o2}},
-		{"current turn kept before older history", s5, []Message{u1, a1, u2, c1, o1, c2, o2}, 55, 0, []Message{sys(s5), u2, c1, o1, c2, o2}},
-		{"current turn partly kept, newest user first", s5, []Message{u1, a1, u2, c1, o1, c2, o2}, 45, 0, []Message{sys(s5), u2, c2, o2}},
-		{"answer without a tool is not a pair with an observation", s5, []Message{u1, a1, o1}, 25, 0, []Message{sys(s5), u1, o1}},
-		{"tool call waiting for its observation", s5, []Message{u1, c1}, 25, 0, []Message{sys(s5), u1, c1}},
-		{"observation cut with the exact count", s5, []Message{u1, c1, observe(long)}, 1000, 10, []Message{sys(s5), u1, c1, observe(cutLong)}},
-		{"observation counts at its cut size", s5, []Message{u1, c1, observe(long)}, 25 + size(cutLong), 10, []Message{sys(s5), u1, c1, observe(cutLong)}},
-		{"cut observation one character over", s5, []Message{u1, c1, observe(long)}, 24 + size(cutLong), 10, []Message{sys(s5), u1}},
-		{"observation at the limit not cut", s5, []Message{u1, c1, observe(chars("o", 10))}, 1000, 10, []Message{sys(s5), u1, c1, observe(chars("o", 10))}},
-		{"maxObservation 0 means no cut", s5, []Message{u1, c1, observe(long)}, 1000, 0, []Message{sys(s5), u1, c1, observe(long)}},
-		{"negative maxObservation means no cut", s5, []Message{u1, c1, observe(long)}, 1000, -1, []Message{sys(s5), u1, c1, observe(long)}},
-		{"only observations are cut", s5, []Message{user(long), call(long), answer(long)}, 1000, 10, []Message{sys(s5), user(long), call(long), answer(long)}},
+		{name: "empty conversation", system: s5, budget: 100, want: []Message{sys(s5)}},
+		{name: "everything fits", system: s5, msgs: []Message{u1, c1, o1, a1, u2}, budget: 1000, maxObs: 4000, want: []Message{sys(s5), u1, c1, o1, a1, u2}},
+		{name: "exact fit", system: s5, msgs: []Message{u1, a1, u2}, budget: 35, want: []Message{sys(s5), u1, a1, u2}},
+		{name: "one over drops the oldest", system: s5, msgs: []Message{u1, a1, u2}, budget: 34, want: []Message{sys(s5), a1, u2}},
+		{name: "oldest dropped first", system: s5, msgs: []Message{u1, a1, u2, a2, u3}, budget: 45, want: []Message{sys(s5), a1, u2, a2, u3}},
+		{name: "nothing but the newest user fits", system: s5, msgs: []Message{u1, a1, u2}, budget: 15, want: []Message{sys(s5), u2}},
+		{name: "no user message", system: s5, msgs: []Message{c1, o1, a1}, budget: 35, want: []Message{sys(s5), c1, o1, a1}},
+		{name: "no user message, over budget", system: s5, msgs: []Message{c1, o1, a1}, budget: 25, want: []Message{sys(s5), a1}},
+		{name: "pair kept together", system: s5, msgs: []Message{u1, c1, o1}, budget: 35, want: []Message{sys(s5), u1, c1, o1}},
+		{name: "pair dropped together in history", system: s5, msgs: []Message{u1, c1, o1, u2}, budget: 25, want: []Message{sys(s5), u2}},
+		{name: "current turn kept before older history", system: s5, msgs: []Message{u1, a1, u2, c1, o1, c2, o2}, budget: 55, want: []Message{sys(s5), u2, c1, o1, c2, o2}},
+		// 10 characters are left after the newest user message: the
+		// observation alone fits, and goes without its call, which does not.
+		{name: "answer without a tool is not a pair with an observation", system: s5, msgs: []Message{u1, a1, o1, u2}, budget: 25, want: []Message{sys(s5), o1, u2}},
+		{name: "tool call waiting for its observation", system: s5, msgs: []Message{u1, c1}, budget: 25, want: []Message{sys(s5), u1, c1}},
+		{name: "observation cut with the exact count", system: s5, msgs: []Message{u1, c1, observe(long)}, budget: 1000, maxObs: 10, want: []Message{sys(s5), u1, c1, observe(cutLong)}},
+		{name: "observation counts at its cut size", system: s5, msgs: []Message{u1, c1, observe(long)}, budget: 25 + size(cutLong), maxObs: 10, want: []Message{sys(s5), u1, c1, observe(cutLong)}},
+		{name: "cut observation in history counts at its cut size", system: s5, msgs: []Message{u1, c1, observe(long), u2}, budget: 35 + size(cutLong), maxObs: 10, want: []Message{sys(s5), u1, c1, observe(cutLong), u2}},
+		{name: "observation at the limit not cut", system: s5, msgs: []Message{u1, c1, observe(chars("o", 10))}, budget: 1000, maxObs: 10, want: []Message{sys(s5), u1, c1, observe(chars("o", 10))}},
+		{name: "maxObservation 0 means no cut", system: s5, msgs: []Message{u1, c1, observe(long)}, budget: 1000, want: []Message{sys(s5), u1, c1, observe(long)}},
+		{name: "negative maxObservation means no cut", system: s5, msgs: []Message{u1, c1, observe(long)}, budget: 1000, maxObs: -1, want: []Message{sys(s5), u1, c1, observe(long)}},
+		{name: "only observations are cut", system: s5, msgs: []Message{user(long), call(long), answer(long)}, budget: 1000, maxObs: 10, want: []Message{sys(s5), user(long), call(long), answer(long)}},
 		// 10 characters of 2 or 3 bytes each: counted as 10, not 20 or 30.
-		{"multi-byte characters count once", "日本語", []Message{user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}, 33, 0, []Message{sys("日本語"), user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}},
-		{"multi-byte budget one short", "日本語", []Message{user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}, 32, 0, []Message{sys("日本語"), answer(chars("日", 10)), user(chars("x", 10))}},
-		{"multi-byte observation cut on a character", s5, []Message{u1, c1, observe(chars("é", 12) + "😀" + chars("日", 7))}, 1000, 13, []Message{sys(s5), u1, c1, observe(chars("é", 12) + "😀\n[... 7 more characters cut]")}},
+		{name: "multi-byte characters count once", system: "日本語", msgs: []Message{user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}, budget: 33, want: []Message{sys("日本語"), user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}},
+		{name: "multi-byte budget one short", system: "日本語", msgs: []Message{user(chars("é", 10)), answer(chars("日", 10)), user(chars("x", 10))}, budget: 32, want: []Message{sys("日本語"), answer(chars("日", 10)), user(chars("x", 10))}},
+		{name: "multi-byte observation cut on a character", system: s5, msgs: []Message{u1, c1, observe(chars("é", 12) + "😀" + chars("日", 7))}, budget: 1000, maxObs: 13, want: []Message{sys(s5), u1, c1, observe(chars("é", 12) + "😀\n[... 7 more characters cut]")}},
+
+		// The current turn (the newest user message and every call and
+		// observation after it) is never cut: when it does not fit with the
+		// system prompt, the window says so instead of leaving the model
+		// blind to the turn's own results.
+		{name: "current turn one over", system: s5, msgs: []Message{u1, c1, o1}, budget: 34,
+			overflow: &OverflowError{System: 5, Turn: 30, Budget: 34}},
+		{name: "current turn pair over, history beside it", system: s5, msgs: []Message{u1, a1, u2, c1, o1, c2, o2}, budget: 45,
+			overflow: &OverflowError{System: 5, Turn: 50, Budget: 45}},
+		{name: "only the newest pair would fit", system: s5, msgs: []Message{u1, c1, o1, c2, o2}, budget: 35,
+			overflow: &OverflowError{System: 5, Turn: 50, Budget: 35}},
+		{name: "current turn counts observations at their cut size", system: s5, msgs: []Message{u1, c1, observe(long)}, budget: 24 + size(cutLong), maxObs: 10,
+			overflow: &OverflowError{System: 5, Turn: 20 + size(cutLong), Budget: 24 + size(cutLong)}},
+		{name: "system prompt over budget", system: chars("S", 50), msgs: []Message{u1, a1, bigUser}, budget: 10,
+			overflow: &OverflowError{System: 50, Turn: 50, Budget: 10}},
+		{name: "system prompt over budget without a user message", system: chars("S", 50), msgs: []Message{c1, o1}, budget: 49,
+			overflow: &OverflowError{System: 50, Turn: 0, Budget: 49}},
+		{name: "zero budget", system: s5, msgs: []Message{u1, a1, u2}, budget: 0,
+			overflow: &OverflowError{System: 5, Turn: 10, Budget: 0}},
+		{name: "multi-byte current turn one over", system: "日本語", msgs: []Message{user(chars("é", 10)), call(chars("日", 10)), observe(chars("😀", 10))}, budget: 32,
+			overflow: &OverflowError{System: 3, Turn: 30, Budget: 32}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := slices.Clone(tt.msgs)
-			got := Window(tt.system, tt.msgs, tt.budget, tt.maxObs)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Window:\n got %s\nwant %s", show(got), show(tt.want))
+			got, err := Window(tt.system, tt.msgs, tt.budget, tt.maxObs)
+			if tt.overflow != nil {
+				var oe *OverflowError
+				if !errors.As(err, &oe) || *oe != *tt.overflow {
+					t.Fatalf("Window: err = %#v, window %s\nwant %#v", err, show(got), tt.overflow)
+				}
+				if got != nil {
+					t.Errorf("Window returned %s with its overflow error, want nothing to send", show(got))
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Window: %v", err)
+				}
+				if !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("Window:\n got %s\nwant %s", show(got), show(tt.want))
+				}
 			}
 			if !reflect.DeepEqual(tt.msgs, before) {
 				t.Errorf("Window changed its input:\n got %s\nwant %s", show(tt.msgs), show(before))
@@ -86,13 +117,24 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+func TestOverflowErrorSaysTheSizes(t *testing.T) {
+	err := &OverflowError{System: 50123, Turn: 4210, Budget: 20000}
+	want := "the prompt (system 50123 characters + this turn 4210 characters) exceeds the budget of 20000 characters"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
 // TestWindowDoesNotAlias checks that the window is a new slice: appending to
 // it or editing it leaves the conversation alone.
 func TestWindowDoesNotAlias(t *testing.T) {
 	conv := Conversation{}
 	conv.Append(user("hello"), call("look"), observe(chars("o", 50)))
 	stored := slices.Clone(conv.Messages)
-	w := Window("sys", conv.Messages, 1000, 10)
+	w, err := Window("sys", conv.Messages, 1000, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range w {
 		w[i].Content = "changed"
 	}

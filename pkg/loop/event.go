@@ -24,6 +24,10 @@ const (
 	EventActionRequest   EventType = "action_request"
 	EventFinal           EventType = "final"
 	EventError           EventType = "error"
+	// EventContextOverflow comes just before the error event of a turn
+	// whose system prompt and own messages do not fit the character budget
+	// (see ContextOverflowError), with the sizes.
+	EventContextOverflow EventType = "context_overflow"
 )
 
 // Event is one thing that happened in a turn. Fields not relevant to the type
@@ -43,4 +47,9 @@ type Event struct {
 	Duration    time.Duration   `json:"duration_ns,omitempty"`
 	// Usage is the model call's, on model_reply events.
 	Usage *llm.Usage `json:"usage,omitempty"`
+	// The prompt's sizes in characters, on context_overflow events: the
+	// system prompt, this turn's messages, and the budget they exceed.
+	SystemChars int `json:"system_chars,omitempty"`
+	TurnChars   int `json:"turn_chars,omitempty"`
+	BudgetChars int `json:"budget_chars,omitempty"`
 }

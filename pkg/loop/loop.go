@@ -135,6 +135,24 @@ func (e *InvalidReplyError) Error() string {
 		e.Attempts, e.Step, strings.Join(e.Last.Problems, "; "))
 }
 
+// ContextOverflowError is returned when the system prompt (identity, rules,
+// the tool catalogue) and the current turn (the user's message and every call
+// and result so far) do not fit MaxContextChars. Nothing shorter is sent
+// instead: the window may drop earlier turns, but a prompt without this
+// turn's own results would have the model decide blind.
+type ContextOverflowError struct {
+	Step   int
+	System int // characters of the system prompt
+	Turn   int // characters of the user's message and this turn's steps, results at their cut size
+	Budget int // MaxContextChars
+}
+
+func (e *ContextOverflowError) Error() string {
+	return fmt.Sprintf("step %d: the prompt (system %d chars + this turn %d chars) exceeds MMCP_LLM_MAX_CONTEXT_CHARS=%d; "+
+		"raise it (and MMCP_OLLAMA_NUM_CTX with it), remove tools, or lower MMCP_TOOL_MAX_OUTPUT_CHARS",
+		e.Step, e.System, e.Turn, e.Budget)
+}
+
 // Run runs one turn: message is the user's, conv the conversation so far. conv
 // grows by the user message, each step's decision and observation, and the
 // answer. Re-asked invalid replies never enter it. On error, conv keeps what
@@ -315,7 +333,14 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 // exact problems at most MaxRetries times. The failed attempts and the
 // corrections live only here: once the model gets it right they are gone.
 func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string, final bool) (schema.Decision, int, time.Duration, error) {
-	msgs := convo.Window(system, t.conv.Messages, t.Config.MaxContextChars, t.Config.MaxOutputChars)
+	msgs, err := convo.Window(system, t.conv.Messages, t.Config.MaxContextChars, t.Config.MaxOutputChars)
+	if err != nil {
+		var oe *convo.OverflowError
+		if errors.As(err, &oe) {
+			return schema.Decision{}, 0, 0, t.overflow(ctx, n, oe)
+		}
+		return schema.Decision{}, 0, 0, fmt.Errorf("step %d: building the prompt: %w", n, err)
+	}
 	if final {
 		msgs = append(msgs, convo.Message{Role: convo.User, Content: finalNudge})
 	}
@@ -347,6 +372,19 @@ func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string
 			convo.Message{Role: convo.User, Content: correction(re)},
 		)
 	}
+}
+
+// overflow says, in the log and in an event, that the turn cannot go on
+// within the budget, and returns the turn's error.
+func (t *turn) overflow(ctx context.Context, n int, oe *convo.OverflowError) error {
+	t.log.LogAttrs(ctx, slog.LevelWarn, "context_overflow",
+		slog.Int("step", n),
+		slog.Int("system_chars", oe.System),
+		slog.Int("turn_chars", oe.Turn),
+		slog.Int("budget_chars", oe.Budget),
+	)
+	t.emit(Event{Type: EventContextOverflow, Step: n, SystemChars: oe.System, TurnChars: oe.Turn, BudgetChars: oe.Budget})
+	return &ContextOverflowError{Step: n, System: oe.System, Turn: oe.Turn, Budget: oe.Budget}
 }
 
 // maxEcho bounds how much of an invalid reply is shown back to the model.

@@ -1,6 +1,7 @@
 package loop_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/schema"
+	"github.com/mmcpd/mmcpd/pkg/trace"
 )
 
 type searchArgs struct {
@@ -157,7 +159,6 @@ func TestToolThenAnswer(t *testing.T) {
 // feedback the model got, and that the corrected turn goes on as if the
 // failed attempt never happened.
 func TestCorrections(t *testing.T) {
-	big := strings.Repeat("x", 1<<20)
 	tests := []struct {
 		name  string
 		reply string
@@ -203,7 +204,6 @@ func TestCorrections(t *testing.T) {
 		{"a JSON string", `"Dune is great"`, []string{`reply: expected a JSON object, got string "Dune is great"`}},
 		{"invalid JSON", `{"thought": 'a', "action": "final_response"}`,
 			[]string{"reply: invalid JSON: invalid character '\\'' looking for beginning of value"}},
-		{"1 MB of text", big, []string{"reply: too long (1048576 bytes, at most 262144); send only the JSON object"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +244,24 @@ func TestCorrections(t *testing.T) {
 				t.Errorf("conversation has %d messages, want 2: %+v", len(conv.Messages), conv.Messages)
 			}
 		})
+	}
+}
+
+// TestOversizedReplyEndsTheTurn: a reply over the decoder's limit is stopped
+// by the model client while it is read, so it never reaches the decoder and is
+// not re-asked: the turn ends with the client's model_error.
+func TestOversizedReplyEndsTheTurn(t *testing.T) {
+	fake := ollamatest.New(t, ollamatest.Reply{Content: strings.Repeat("x", 1<<20)}, final("never read"))
+	var conv convo.Conversation
+	_, err := newRunner(t, fake, newToolbox(t)).Run(context.Background(), &conv, "hi", nil)
+	if !errors.Is(err, llm.ErrReplyTooLarge) || !errors.Is(err, llm.ErrBadResponse) {
+		t.Fatalf("err = %v, want ErrReplyTooLarge (model_error)", err)
+	}
+	if !strings.Contains(err.Error(), "step 1: model call") || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("err = %q does not say where and why", err)
+	}
+	if n := len(fake.Requests()); n != 1 {
+		t.Errorf("%d model calls, want 1 (not re-asked)", n)
 	}
 }
 
@@ -547,4 +565,121 @@ func TestApprovalPausesAndResumes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContextOverflow: when the system prompt and this turn's own messages do
+// not fit MaxContextChars, the model never gets a prompt without them (it
+// would decide blind to its tool results). The turn ends with a
+// ContextOverflowError that names the sizes and the setting, after a
+// context_overflow event and a warning log line under the trace id.
+func TestContextOverflow(t *testing.T) {
+	tests := []struct {
+		name      string
+		result    int // characters the search tool returns
+		extra     int // more tools, each with a long description (the prompt keeps 300 characters of one)
+		budget    int
+		wantCalls int // model calls made
+		wantRuns  int // tool calls made
+		wantStep  int
+	}{
+		// The result is cut to MaxOutputChars (4,000): still too much
+		// for what the system prompt leaves.
+		{name: "a tool result that does not fit", result: 5000, budget: 3000, wantCalls: 1, wantRuns: 1, wantStep: 2},
+		{name: "a catalogue that does not fit", extra: 100, budget: 20000, wantCalls: 0, wantRuns: 0, wantStep: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := newToolbox(t)
+			runs := 0
+			tb.funcs["tmdb_search"] = func(context.Context, json.RawMessage) (string, error) {
+				runs++
+				return strings.Repeat("r", tt.result), nil
+			}
+			for i := range tt.extra {
+				tb.add(loop.Tool{Tool: schema.Tool{Name: fmt.Sprintf("tool_%03d", i), Description: strings.Repeat("d", 5000), Schema: json.RawMessage(`{"type":"object"}`)}}, nil)
+			}
+			fake := ollamatest.New(t, reply("tmdb_search", `{"query":"Dune"}`), final("answered blind"), final("answered blind"))
+			r := newRunner(t, fake, tb, func(c *loop.Config) { c.MaxContextChars = tt.budget })
+			var logs bytes.Buffer
+			r.Log = slog.New(trace.Handler{Handler: slog.NewJSONHandler(&logs, nil)})
+			var events []loop.Event
+			var conv convo.Conversation
+
+			res, err := r.Run(context.Background(), &conv, "find dune", func(e loop.Event) { events = append(events, e) })
+
+			reqs := fake.Requests()
+			for i, req := range reqs {
+				if i > 0 && !strings.HasPrefix(req.Messages[len(req.Messages)-1].Content, "Result of tmdb_search:") {
+					t.Errorf("model call %d was sent without the turn's tool result: %d messages, the last %.60q",
+						i+1, len(req.Messages), req.Messages[len(req.Messages)-1].Content)
+				}
+			}
+			if len(reqs) != tt.wantCalls || runs != tt.wantRuns {
+				t.Errorf("%d model calls and %d tool runs, want %d and %d", len(reqs), runs, tt.wantCalls, tt.wantRuns)
+			}
+			var oe *loop.ContextOverflowError
+			if !errors.As(err, &oe) {
+				t.Fatalf("Run: answer %q, err %v; want a ContextOverflowError", answer(res), err)
+			}
+			if oe.Step != tt.wantStep || oe.Budget != tt.budget || oe.System <= 0 || oe.Turn <= 0 || oe.System+oe.Turn <= tt.budget {
+				t.Errorf("error = %+v, want step %d and sizes over the budget %d", oe, tt.wantStep, tt.budget)
+			}
+			for _, s := range []string{
+				fmt.Sprintf("system %d chars + this turn %d chars", oe.System, oe.Turn),
+				fmt.Sprintf("MMCP_LLM_MAX_CONTEXT_CHARS=%d", tt.budget),
+				"remove tools",
+			} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("err = %q, want it to contain %q", err, s)
+				}
+			}
+
+			if n := len(events); n < 2 || events[n-2].Type != loop.EventContextOverflow || events[n-1].Type != loop.EventError {
+				t.Fatalf("events end %v, want context_overflow then error", eventTypes(events))
+			}
+			ev := events[len(events)-2]
+			if ev.Step != tt.wantStep || ev.SystemChars != oe.System || ev.TurnChars != oe.Turn || ev.BudgetChars != tt.budget || ev.TraceID == "" {
+				t.Errorf("context_overflow event = %+v, want the error's sizes and a trace id", ev)
+			}
+
+			found := false
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(l), &m) != nil || m["msg"] != "context_overflow" {
+					continue
+				}
+				found = true
+				want := map[string]any{"level": "WARN", "trace_id": ev.TraceID, "step": float64(tt.wantStep),
+					"system_chars": float64(oe.System), "turn_chars": float64(oe.Turn), "budget_chars": float64(tt.budget)}
+				for k, v := range want {
+					if m[k] != v {
+						t.Errorf("log line %s = %v, want %v", k, m[k], v)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no context_overflow log line in:\n%s", logs.String())
+			}
+
+			// As on any error, the conversation keeps what ran.
+			if want := 1 + 2*tt.wantRuns; len(conv.Messages) != want {
+				t.Errorf("conversation has %d messages, want %d", len(conv.Messages), want)
+			}
+		})
+	}
+}
+
+func eventTypes(es []loop.Event) []loop.EventType {
+	out := make([]loop.EventType, len(es))
+	for i, e := range es {
+		out[i] = e.Type
+	}
+	return out
+}
+
+func answer(res *loop.Result) string {
+	if res == nil {
+		return ""
+	}
+	return res.Answer
 }
