@@ -233,3 +233,44 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
+
+// TestOversizedToolsRefused: a 5 MB description, a 100 KB schema and a
+// hundred tools do not reach the model; each refused tool says why, and the
+// prompt stays within the budget.
+func TestOversizedToolsRefused(t *testing.T) {
+	dir := pluginsFolder(t, "bloat", "many", "works")
+	fake := ollamatest.New(t)
+	addr, logs, _ := startDaemon(t, []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir})
+	ready := waitReady(t, addr, logs)
+	for _, want := range []string{
+		"tool bloat_big of plugin bloat is refused: its description has 5242872 characters, over the limit of 1000 (MMCP_TOOL_MAX_DESCRIPTION_CHARS)",
+		"tool bloat_wide of plugin bloat is refused: its argument schema has ",
+		"tool works_echo of plugin works is refused: the daemon already offers 64 tools, its limit (MMCP_TOOLS_MAX)",
+	} {
+		if !strings.Contains(ready, want) {
+			t.Errorf("/readyz lacks %q: %s", want, ready)
+		}
+	}
+	tools := listTools(t, addr)
+	if len(tools) != 64 {
+		t.Errorf("%d tools offered, want 64", len(tools))
+	}
+	for _, name := range []string{"bloat_big", "bloat_wide", "works_echo"} {
+		if _, ok := tools[name]; ok {
+			t.Errorf("%s is offered to the model", name)
+		}
+	}
+	fake.Push(answer("fine"))
+	chat := client{base: "http://" + addr, token: canary, http: &http.Client{Timeout: time.Minute}}
+	if _, err := chat.chat(server.ChatRequest{Message: "hello"}); err != nil {
+		t.Fatalf("chat: %v\n%s", err, logs)
+	}
+	req := fake.Requests()[0]
+	size := 0
+	for _, m := range req.Messages {
+		size += len(m.Content)
+	}
+	if size > 20000 || len(req.Format) > 64<<10 {
+		t.Errorf("the model got %d characters of prompt and a %d-byte format", size, len(req.Format))
+	}
+}
