@@ -10,6 +10,7 @@ PLUGINS := $(patsubst plugins/%/,plugins/mmcp-plugin-%,$(sort $(dir $(wildcard p
 all: build
 
 build:
+	@echo "building bin/mmcpd (on a fresh machine the first build fetches and compiles every dependency: a few minutes)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/mmcpd ./cmd/mmcpd
 	@for p in $(PLUGINS); do \
 		name=$${p#plugins/mmcp-plugin-}; \
@@ -20,9 +21,14 @@ build:
 run: build
 	./bin/mmcpd serve
 
+# gotestsum prints each package as it finishes, and at the end every skipped
+# test with its reason (a missing outside program names its package).
+GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
+
 test:
+	@echo "go vet ./... (on a fresh machine the first run fetches and compiles every dependency: a few minutes)"
 	$(GO) vet ./...
-	$(GO) test -race ./...
+	$(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg -- -race ./...
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd != "chat" && cmd != "respond" && slices.ContainsFunc(args, isHelpFlag) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	var err error
 	switch cmd {
 	case "serve":
@@ -75,6 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mmcpd: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the flag set has printed its usage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mmcpd %s: %v\n", cmd, err)
 		var ue usageError
@@ -84,6 +92,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
 }
 
 // usageError marks a mistake in how mmcpd was invoked or configured.
@@ -342,6 +354,9 @@ func chat(args []string, stdout, stderr io.Writer) error {
 	fs, cf := clientFlagSet("chat", stderr)
 	session := fs.String("session", "", "continue this session (the id a previous chat printed)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return usageError{err}
 	}
 	if fs.NArg() != 1 {
@@ -365,6 +380,9 @@ func respond(args []string, stdout, stderr io.Writer) error {
 	session := fs.String("session", "", "the session of the request (required)")
 	approval := fs.String("approval", "", "the approval id chat printed (required)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return usageError{err}
 	}
 	if *session == "" || *approval == "" || fs.NArg() != 1 || (fs.Arg(0) != "approve" && fs.Arg(0) != "deny") {

@@ -97,6 +97,17 @@ func TestVersionAndHelp(t *testing.T) {
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `unknown command "nonsense"`) {
 		t.Errorf("unknown command: exit %d, %s", code, out)
 	}
+	// Asking for help is no mistake: exit 0, whatever the command.
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}, {"chat", "--help"}, {"respond", "-h"}, {"serve", "--help"}, {"config", "--help"}, {"schema", "-help"}} {
+		out, err := command(nil, args...).CombinedOutput()
+		if code := exitCode(err); code != 0 || !strings.Contains(string(out), "Usage") && !strings.Contains(string(out), "usage") {
+			t.Errorf("mmcpd %s: exit %d, %s", strings.Join(args, " "), code, out)
+		}
+	}
+	out, err = command(nil, "chat", "--bogus").CombinedOutput()
+	if code := exitCode(err); code != 2 {
+		t.Errorf("chat --bogus: exit %d, %s", code, out)
+	}
 }
 
 func exitCode(err error) int {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmcpd/mmcpd/internal/needs"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
@@ -93,9 +94,7 @@ func TestPluginsCannotReadSecrets(t *testing.T) {
 				t.Skipf("needs euid 0 to be %v", r.needsRoot)
 			}
 			for _, tool := range r.needsTools {
-				if _, err := exec.LookPath(tool); err != nil {
-					t.Skipf("needs %s (Debian: util-linux)", tool)
-				}
+				needs.Program(t, tool, "util-linux")
 			}
 			dir := pluginsFolder(t, "works", "snoop")
 			fake := ollamatest.New(t)

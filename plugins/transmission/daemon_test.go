@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmcpd/mmcpd/internal/needs"
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
 )
 
@@ -41,14 +42,7 @@ type daemon struct {
 // folder and ports, waits until its RPC answers, and kills it at cleanup.
 func startDaemon(t *testing.T) daemon {
 	t.Helper()
-	if os.Getenv("MMCP_SKIP_TRANSMISSION") == "1" {
-		t.Skip("MMCP_SKIP_TRANSMISSION=1: skipping the tests against a real transmission-daemon")
-	}
-	bin, err := exec.LookPath("transmission-daemon")
-	if err != nil {
-		t.Fatal("transmission-daemon is not on PATH: install it (Debian: apt-get install transmission-daemon) " +
-			"or set MMCP_SKIP_TRANSMISSION=1 to skip the tests against a real daemon")
-	}
+	bin := needs.Program(t, "transmission-daemon", "transmission-daemon")
 	root := t.TempDir()
 	dirs := map[string]string{}
 	for _, d := range []string{"config", "downloads", "incomplete"} {
