@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -165,13 +166,18 @@ func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, 
 		},
 		Log: log,
 	}
+	_, explicit := os.LookupEnv("MMCP_PLUGINS_DIR")
+	dir, beside := pluginsDir(cfg.PluginsDir, explicit)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	pluginsUser := ""
 	if os.Geteuid() == 0 {
 		// Plugins are other people's code: as root they could do anything.
 		pluginsUser = cfg.PluginsUser
 	}
 	host, err := plugins.New(plugins.Options{
-		Dir: cfg.PluginsDir,
+		Dir: dir,
 		// Plugins may show the daemon's version; it is the one variable they
 		// get that is not their own.
 		Environ:      append(environ, "MMCP_DAEMON_VERSION="+buildVersion()),
@@ -194,6 +200,15 @@ func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, 
 	}
 	runner.Tools = host
 	runner.Context = host
+	found, _ := plugins.Discover(dir)
+	switch {
+	case len(found) == 0:
+		log.Warn("no plugins: the model has no tools. Build the bundled ones with make build, or set MMCP_PLUGINS_DIR to the folder that holds the mmcp-plugin-* files", "plugins_dir", dir)
+	case beside:
+		log.Info("plugins folder", "plugins_dir", dir, "plugins", len(found), "why", "./plugins does not exist here; using the folder beside the binary")
+	default:
+		log.Info("plugins folder", "plugins_dir", dir, "plugins", len(found))
+	}
 	return &daemon{cfg: cfg, model: model, runner: runner, host: host}, nil
 }
 
@@ -327,8 +342,50 @@ func printConfig(stdout io.Writer) error {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stdout, "# warning:", w)
 	}
+	if err := printPluginSettings(stdout, cfg); err != nil {
+		return err
+	}
 	fmt.Fprintln(stdout, "\n# Variables")
 	return config.Usage(stdout)
+}
+
+// printPluginSettings starts the plugins to ask each for its settings, and
+// prints them as the API shows them: secrets masked, credentials in URLs too.
+func printPluginSettings(stdout io.Writer, cfg config.Config) error {
+	d, err := newDaemon(cfg, os.Environ(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	d.host.Start(context.Background())
+	defer d.host.Close()
+	for _, p := range d.host.Plugins() {
+		fmt.Fprintf(stdout, "\n# Plugin %s: %s", p.Name, p.Status)
+		if p.Reason != "" {
+			fmt.Fprintf(stdout, " (%s)", p.Reason)
+		}
+		fmt.Fprintln(stdout)
+		for _, s := range p.Settings {
+			var notes []string
+			if s.Required {
+				notes = append(notes, "required")
+			}
+			if s.Secret {
+				notes = append(notes, "secret")
+			}
+			if !s.Set {
+				notes = append(notes, "not set")
+				if s.Default != "" {
+					notes = append(notes, "default "+s.Default)
+				}
+			}
+			line := s.Variable + "=" + s.Value
+			if len(notes) > 0 {
+				line += "  # " + strings.Join(notes, ", ")
+			}
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	return nil
 }
 
 func printSchema(stdout io.Writer) error {

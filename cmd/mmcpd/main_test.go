@@ -121,15 +121,20 @@ func exitCode(err error) int {
 }
 
 func TestConfigMasksSecrets(t *testing.T) {
-	out, err := command([]string{"MMCP_API_TOKEN=" + canary, "MMCP_LOOP_MAX_STEPS=7"}, "config").CombinedOutput()
+	dir := pluginsFolder(t, "works", "needs")
+	out, err := command([]string{"MMCP_API_TOKEN=" + canary, "MMCP_LOOP_MAX_STEPS=7", "MMCP_PLUGINS_DIR=" + dir,
+		"MMCP_PLUGIN_WORKS_SECRET=canary-secret-1", "MMCP_PLUGIN_WORKS_NOTE=http://me:canary-pw@nas/?apikey=canary-key&lang=fr"}, "config").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s := string(out)
-	if strings.Contains(s, canary) {
-		t.Fatal("config printed the token")
+	if strings.Contains(s, "canary") {
+		t.Fatalf("config printed a secret:\n%s", s)
 	}
-	for _, want := range []string{"MMCP_API_TOKEN=**********", "MMCP_LOOP_MAX_STEPS=7", "MMCP_LISTEN_ADDR", "127.0.0.1:8787", "MMCP_TOOL_TIMEOUT"} {
+	for _, want := range []string{"MMCP_API_TOKEN=**********", "MMCP_LOOP_MAX_STEPS=7", "MMCP_LISTEN_ADDR", "127.0.0.1:8787", "MMCP_TOOL_TIMEOUT",
+		// Each plugin's own settings, as it describes them.
+		"# Plugin works: ready", "MMCP_PLUGIN_WORKS_SECRET=**********  # secret", "MMCP_PLUGIN_WORKS_NOTE=http://me:***@nas/?apikey=***&lang=fr",
+		"# Plugin needs: standby (MMCP_PLUGIN_NEEDS_TOKEN is required)", "MMCP_PLUGIN_NEEDS_TOKEN=  # required, secret, not set"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("config output lacks %q:\n%s", want, s)
 		}

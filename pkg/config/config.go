@@ -78,7 +78,7 @@ const (
 func Load() (Config, error) {
 	var c Config
 	if err := envconfig.Process(prefix, &c); err != nil {
-		return Config{}, explainProcessError(err)
+		return Config{}, everyParseError(err)
 	}
 	if err := reparseInts(&c); err != nil {
 		return Config{}, err
@@ -239,6 +239,30 @@ func oneOf(name, v string, allowed ...string) error {
 
 // explainProcessError rewrites envconfig's parse errors, which name the Go
 // field and type, into the variable name and what it accepts.
+// everyParseError reports every variable envconfig cannot parse, one line
+// each, where Process stops at the first: each field is processed again on
+// its own, in a one-field struct with the same tags.
+func everyParseError(first error) error {
+	var errs []error
+	t := reflect.TypeFor[Config]()
+	for i, key := range envNames() {
+		one := reflect.New(reflect.StructOf([]reflect.StructField{t.Field(i)}))
+		if err := envconfig.Process(prefix, one.Interface()); err != nil {
+			errs = append(errs, explainProcessError(err))
+			continue
+		}
+		if s, ok := os.LookupEnv(key); ok && t.Field(i).Type == reflect.TypeFor[int]() {
+			if _, err := strconv.Atoi(s); err != nil { // as reparseInts would
+				errs = append(errs, invalidValue(key, "int", s))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return explainProcessError(first)
+	}
+	return errors.Join(errs...)
+}
+
 func explainProcessError(err error) error {
 	var pe *envconfig.ParseError
 	if !errors.As(err, &pe) {
@@ -263,6 +287,7 @@ func invalidValue(key, typeName, value string) error {
 // parses integers with base 0, so MMCP_LOOP_MAX_STEPS=010 would silently mean
 // 8 and 0x10 would be accepted.
 func reparseInts(c *Config) error {
+	var errs []error
 	v := reflect.ValueOf(c).Elem()
 	for i, key := range envNames() {
 		f := v.Field(i)
@@ -272,12 +297,13 @@ func reparseInts(c *Config) error {
 		if s, ok := os.LookupEnv(key); ok {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				return invalidValue(key, "int", s)
+				errs = append(errs, invalidValue(key, "int", s))
+				continue
 			}
 			f.SetInt(int64(n))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // envNames lists the variable that envconfig reads for each Config field, in

@@ -639,3 +639,27 @@ func TestLoopbackNeedsEveryAddressLocal(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryBadVariableReported: several unparsable variables give one line
+// each, not just the first.
+func TestEveryBadVariableReported(t *testing.T) {
+	cleanEnv(t)
+	t.Setenv("MMCP_LLM_TIMEOUT", "soon")
+	t.Setenv("MMCP_LOOP_MAX_STEPS", "many")
+	t.Setenv("MMCP_LLM_TEMPERATURE", "warm")
+	t.Setenv("MMCP_TOOLS_MAX", "0x10")
+	_, err := Load()
+	if err == nil {
+		t.Fatal("Load accepted four bad variables")
+	}
+	for _, want := range []string{
+		`MMCP_LLM_TIMEOUT: invalid duration "soon"`,
+		`MMCP_LOOP_MAX_STEPS: invalid integer "many"`,
+		`MMCP_LLM_TEMPERATURE: invalid number "warm"`,
+		`MMCP_TOOLS_MAX: invalid integer "0x10"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+}
