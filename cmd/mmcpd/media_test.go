@@ -96,8 +96,13 @@ func (r mediaRequest) line() string {
 	return r.Method + " " + r.Path + "?" + r.Query.Encode()
 }
 
+// mediaProbes are the plugins' health probes (SPEC.md, Plugins): the fakes
+// answer them apart, and leave them out of the requests the tests count,
+// which are the tools' own.
+var mediaProbes = map[string]bool{"GET /3/configuration": true, "GET /api/v3/system/status": true}
+
 // mediaService is an HTTP service that records every request and answers
-// through reply.
+// through reply; a health probe it answers with an empty object.
 type mediaService struct {
 	*httptest.Server
 	mu  sync.Mutex
@@ -109,6 +114,11 @@ func newMediaService(t *testing.T, reply func(w http.ResponseWriter, r *http.Req
 	f := &mediaService{}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if mediaProbes[r.Method+" "+r.URL.Path] {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			io.WriteString(w, `{}`)
+			return
+		}
 		f.mu.Lock()
 		f.got = append(f.got, mediaRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Header: r.Header.Clone(), Body: string(body)})
 		f.mu.Unlock()

@@ -42,6 +42,8 @@ type Options struct {
 	// even where the kernel allows one.
 	NoPIDNamespace bool
 	Limits         ToolLimits
+	// Probe schedules the health probes; zero fields take the defaults.
+	Probe ProbeOptions
 }
 
 // ToolLimits bound what plugins may declare. Every tool's description and
@@ -64,6 +66,9 @@ const (
 	StatusStandby    = "standby"    // running, but a setting is missing or invalid
 	StatusFailed     = "failed"     // could not start, or described itself wrongly
 	StatusRestarting = "restarting" // exited; started again on next use
+	// StatusUnreachable: running, but its health probe says the service
+	// behind it does not answer, or refuses its credentials.
+	StatusUnreachable = "unreachable"
 )
 
 // Host runs the plugins and is the daemon's loop.Tools. Safe for concurrent
@@ -81,6 +86,11 @@ type Host struct {
 
 	cred    *syscall.Credential // the plugin user, nil for the daemon's own
 	noPIDNS atomic.Bool         // the kernel refused a pid namespace once
+
+	// Background probes run under ctx; Close cancels it and waits for them.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	probing sync.WaitGroup
 }
 
 type toolEntry struct {
@@ -109,6 +119,7 @@ type managed struct {
 	nextStart time.Time
 	providers map[string]*provider
 	refused   map[string]string // tools refused alone, with why; set by registerAll
+	probe     probeState
 }
 
 // New finds the plugins in opts.Dir; Start starts them.
@@ -128,6 +139,7 @@ func New(opts Options) (*Host, error) {
 	if opts.Limits == (ToolLimits{}) {
 		opts.Limits = DefaultToolLimits
 	}
+	opts.Probe = opts.Probe.withDefaults()
 	if opts.Breakers == nil {
 		opts.Breakers = breaker.New(breaker.Settings{Failures: 5, Cooldown: 30 * time.Second}, IsToolError, opts.Log)
 	}
@@ -136,6 +148,7 @@ func New(opts Options) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{opts: opts, log: opts.Log, tools: map[string]*toolEntry{}, started: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.noPIDNS.Store(opts.NoPIDNamespace)
 	if opts.User != "" {
 		if h.cred, err = credential(opts.User); err != nil {
@@ -168,10 +181,10 @@ func New(opts Options) (*Host, error) {
 	return h, nil
 }
 
-// Start starts every plugin concurrently and registers their tools, in name
-// order so that a clash between two plugins always resolves the same way. It
-// returns when all have started or failed; a plugin that fails is logged and
-// skipped.
+// Start starts every plugin concurrently, probes those that declare a health
+// probe, and registers their tools, in name order so that a clash between two
+// plugins always resolves the same way. It returns when all have started or
+// failed; a plugin that fails is logged and skipped.
 func (h *Host) Start(ctx context.Context) {
 	h.startCalled.Store(true)
 	defer close(h.started)
@@ -188,7 +201,11 @@ func (h *Host) Start(ctx context.Context) {
 			defer wg.Done()
 			if err := h.startPlugin(ctx, m); err != nil {
 				h.log.Error("plugin skipped", "plugin", m.name, "path", m.path, "reason", err.Error())
+				return
 			}
+			// Before registration: the first turn should not be offered
+			// the tools of a service that is not there.
+			h.probe(ctx, m)
 		}()
 	}
 	wg.Wait()
@@ -243,6 +260,9 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 	}
 	m.proc, m.desc = proc, desc
 	m.status, m.reason = StatusReady, ""
+	// A new process: what an earlier one answered no longer holds, and the
+	// next listing probes it again.
+	m.probe.has, m.probe.at, m.probe.backoff = desc.HasHealth, time.Time{}, 0
 	if problems := settingProblems(m.name, desc, m.env); len(problems) > 0 {
 		m.status, m.reason = StatusStandby, strings.Join(problems, "; ")
 	}
@@ -386,13 +406,21 @@ func (h *Host) registerAll() {
 }
 
 // Tools implements loop.Tools: every registered tool, with why it cannot be
-// used now where it cannot.
+// used now where it cannot. Listing them probes again, aside, the plugins
+// whose last health answer is stale (see ProbeOptions).
 func (h *Host) Tools() []loop.Tool {
 	h.mu.RLock()
-	defer h.mu.RUnlock()
 	out := make([]loop.Tool, 0, len(h.tools))
+	var listed []*managed
 	for _, e := range h.tools {
 		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Disabled: h.disabled(e)})
+		if len(e.clash) <= 1 && !slices.Contains(listed, e.plugin) {
+			listed = append(listed, e.plugin)
+		}
+	}
+	h.mu.RUnlock()
+	for _, m := range listed {
+		h.probeIfStale(m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -412,6 +440,8 @@ func (h *Host) disabled(e *toolEntry) string {
 		return "plugin " + m.name + " is on standby: " + reason
 	case StatusFailed:
 		return "plugin " + m.name + " failed: " + reason
+	case StatusUnreachable:
+		return unreachableReason(m.name, reason)
 	}
 	if open, why := h.opts.Breakers.Open(e.tool.Name); open {
 		return why
@@ -452,7 +482,10 @@ func (h *Host) Call(ctx context.Context, name string, args json.RawMessage) (str
 	if !ok {
 		return "", fmt.Errorf("no tool named %s", name)
 	}
-	if why := h.disabled(e); why != "" && !strings.HasPrefix(why, breaker.ErrOpen.Error()) {
+	// A call still reaches an unreachable plugin (an action the user
+	// approved before the probe failed, say): it is the freshest probe there
+	// is, and its success makes the plugin ready again.
+	if why := h.disabled(e); why != "" && !strings.HasPrefix(why, breaker.ErrOpen.Error()) && !e.plugin.unreachable() {
 		return "", fmt.Errorf("tool %s cannot run: %s", name, why)
 	}
 	return h.opts.Breakers.Execute(name, func() (string, error) {
@@ -498,8 +531,11 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 		m.backoff = 0 // it serves again: the next crash restarts at once
 		m.mu.Unlock()
 		if resp.Error != "" {
+			// Not proof either way: "not found" came from the service,
+			// "cannot reach it" from the plugin alone.
 			return "", &toolError{msg: oneLine(resp.Error)}
 		}
+		h.reachable(m, "call")
 		return cutResult(resp.Result), nil
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
@@ -586,6 +622,13 @@ func (h *Host) Starting() []string {
 	return names
 }
 
+// unreachable reports whether m's last health probe failed.
+func (m *managed) unreachable() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status == StatusUnreachable
+}
+
 // alive returns m's process if it is running.
 func (m *managed) alive() *process {
 	m.mu.Lock()
@@ -638,6 +681,7 @@ func (h *Host) Close() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
+	h.stopProbes()
 	var wg sync.WaitGroup
 	for _, m := range h.plugins {
 		m.mu.Lock()

@@ -47,6 +47,15 @@ func newJellyfin(cfg settings, timeout time.Duration) (*jellyfin, error) {
 	return &jellyfin{c: c, userName: strings.TrimSpace(cfg.User)}, nil
 }
 
+// health is the plugin's probe: /System/Info answers only a valid key
+// (/System/Info/Public answers anyone), and needs no user.
+func (j *jellyfin) health(ctx context.Context) error {
+	var info struct {
+		Version string `json:"Version"`
+	}
+	return j.c.Get(ctx, "/System/Info", nil, &info)
+}
+
 // user is a Jellyfin user as GET /Users lists it.
 type user struct {
 	Name   string `json:"Name"`

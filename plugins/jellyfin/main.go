@@ -54,6 +54,12 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 			}
 			return jf.nowPlayingLine(ctx)
 		})
+	p.Health(func(ctx context.Context) error {
+		if err != nil {
+			return err
+		}
+		return jf.health(ctx)
+	})
 	return p
 }
 

@@ -49,6 +49,12 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	sdk.Tool(p, "tmdb_trending",
 		"What is trending on TMDB today or this week: films, TV shows or both",
 		bind(api, err, (*tmdb).trending))
+	p.Health(func(ctx context.Context) error {
+		if err != nil {
+			return err
+		}
+		return api.health(ctx)
+	})
 	return p
 }
 

@@ -77,6 +77,17 @@ func (t *tmdb) get(ctx context.Context, path string, q url.Values, out any) erro
 	return t.c.Get(ctx, path, q, out)
 }
 
+// health is the plugin's probe: the API configuration is the cheapest call
+// that needs the key (either kind) and the base URL to be right.
+func (t *tmdb) health(ctx context.Context) error {
+	var cfg struct {
+		Images struct {
+			BaseURL string `json:"secure_base_url"`
+		} `json:"images"`
+	}
+	return t.c.Get(ctx, "/configuration", nil, &cfg)
+}
+
 // mediaKind is what the user calls a media type: "tv show" reads better than
 // "tv" in a sentence.
 func mediaKind(mediaType string) string {

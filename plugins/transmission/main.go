@@ -45,5 +45,6 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	sdk.Tool(p, "transmission_resume", "Resume (start) paused torrents in Transmission", t.resume)
 	sdk.Tool(p, "transmission_remove", "Remove torrents from Transmission and optionally delete their downloaded data", t.remove, sdk.NeedsApproval())
 	p.Context("downloads", "What Transmission is downloading and seeding right now", t.downloads)
+	p.Health(t.health)
 	return p
 }

@@ -71,6 +71,12 @@ func (t *transmission) call(ctx context.Context, method string, args, out any) e
 	return t.rpc.call(ctx, method, args, out)
 }
 
+// health is the plugin's probe: session-get is the cheapest call that needs
+// both the URL and the credentials to be right.
+func (t *transmission) health(ctx context.Context) error {
+	return t.call(ctx, "session-get", nil, nil)
+}
+
 func (t *transmission) torrents(ctx context.Context, ids []int, fields ...string) ([]torrent, error) {
 	var r torrentList
 	if err := t.call(ctx, "torrent-get", torrentGet{IDs: ids, Fields: fields}, &r); err != nil {

@@ -77,8 +77,11 @@ type DescribeResponse struct {
 	// parse, say), one per line, each naming the variable. Any problem puts the
 	// plugin's tools on standby.
 	SettingProblems []string `protobuf:"bytes,6,rep,name=setting_problems,json=settingProblems,proto3" json:"setting_problems,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The plugin serves Health: the host probes it, and keeps its tools from
+	// the model while the probe fails.
+	HasHealth     bool `protobuf:"varint,7,opt,name=has_health,json=hasHealth,proto3" json:"has_health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeResponse) Reset() {
@@ -151,6 +154,13 @@ func (x *DescribeResponse) GetSettingProblems() []string {
 		return x.SettingProblems
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetHasHealth() bool {
+	if x != nil {
+		return x.HasHealth
+	}
+	return false
 }
 
 type Tool struct {
@@ -588,19 +598,112 @@ func (x *ContextResponse) GetText() string {
 	return ""
 }
 
+type HealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthRequest) Reset() {
+	*x = HealthRequest{}
+	mi := &file_plugin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthRequest) ProtoMessage() {}
+
+func (x *HealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
+func (*HealthRequest) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{9}
+}
+
+type HealthResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// Why not, when ok is false: one line naming what to check (the service's
+	// address, the setting that holds its key), never a secret value. The host
+	// shows it to the model and the user.
+	Problem       string `protobuf:"bytes,2,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthResponse) Reset() {
+	*x = HealthResponse{}
+	mi := &file_plugin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthResponse) ProtoMessage() {}
+
+func (x *HealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
+func (*HealthResponse) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HealthResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *HealthResponse) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
 var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\fplugin.proto\x12\x0emmcp.plugin.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\x89\x02\n" +
+	"\x0fDescribeRequest\"\xa8\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12*\n" +
 	"\x05tools\x18\x03 \x03(\v2\x14.mmcp.plugin.v1.ToolR\x05tools\x123\n" +
 	"\bsettings\x18\x04 \x03(\v2\x17.mmcp.plugin.v1.SettingR\bsettings\x12;\n" +
 	"\bcontexts\x18\x05 \x03(\v2\x1f.mmcp.plugin.v1.ContextProviderR\bcontexts\x12)\n" +
-	"\x10setting_problems\x18\x06 \x03(\tR\x0fsettingProblems\"\xa3\x01\n" +
+	"\x10setting_problems\x18\x06 \x03(\tR\x0fsettingProblems\x12\x1d\n" +
+	"\n" +
+	"has_health\x18\a \x01(\bR\thasHealth\"\xa3\x01\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1f\n" +
@@ -631,11 +734,16 @@ const file_plugin_proto_rawDesc = "" +
 	"\x0eContextRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"%\n" +
 	"\x0fContextResponse\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text2\xe6\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\x0f\n" +
+	"\rHealthRequest\":\n" +
+	"\x0eHealthResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\aproblem\x18\x02 \x01(\tR\aproblem2\xaf\x02\n" +
 	"\x06Plugin\x12M\n" +
 	"\bDescribe\x12\x1f.mmcp.plugin.v1.DescribeRequest\x1a .mmcp.plugin.v1.DescribeResponse\x12A\n" +
 	"\x04Call\x12\x1b.mmcp.plugin.v1.CallRequest\x1a\x1c.mmcp.plugin.v1.CallResponse\x12J\n" +
-	"\aContext\x12\x1e.mmcp.plugin.v1.ContextRequest\x1a\x1f.mmcp.plugin.v1.ContextResponseB3Z1github.com/mmcpd/mmcpd/pkg/plugins/proto;pluginpbb\x06proto3"
+	"\aContext\x12\x1e.mmcp.plugin.v1.ContextRequest\x1a\x1f.mmcp.plugin.v1.ContextResponse\x12G\n" +
+	"\x06Health\x12\x1d.mmcp.plugin.v1.HealthRequest\x1a\x1e.mmcp.plugin.v1.HealthResponseB3Z1github.com/mmcpd/mmcpd/pkg/plugins/proto;pluginpbb\x06proto3"
 
 var (
 	file_plugin_proto_rawDescOnce sync.Once
@@ -649,7 +757,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 	return file_plugin_proto_rawDescData
 }
 
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),  // 0: mmcp.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil), // 1: mmcp.plugin.v1.DescribeResponse
@@ -660,22 +768,26 @@ var file_plugin_proto_goTypes = []any{
 	(*CallResponse)(nil),     // 6: mmcp.plugin.v1.CallResponse
 	(*ContextRequest)(nil),   // 7: mmcp.plugin.v1.ContextRequest
 	(*ContextResponse)(nil),  // 8: mmcp.plugin.v1.ContextResponse
+	(*HealthRequest)(nil),    // 9: mmcp.plugin.v1.HealthRequest
+	(*HealthResponse)(nil),   // 10: mmcp.plugin.v1.HealthResponse
 }
 var file_plugin_proto_depIdxs = []int32{
-	2, // 0: mmcp.plugin.v1.DescribeResponse.tools:type_name -> mmcp.plugin.v1.Tool
-	3, // 1: mmcp.plugin.v1.DescribeResponse.settings:type_name -> mmcp.plugin.v1.Setting
-	4, // 2: mmcp.plugin.v1.DescribeResponse.contexts:type_name -> mmcp.plugin.v1.ContextProvider
-	0, // 3: mmcp.plugin.v1.Plugin.Describe:input_type -> mmcp.plugin.v1.DescribeRequest
-	5, // 4: mmcp.plugin.v1.Plugin.Call:input_type -> mmcp.plugin.v1.CallRequest
-	7, // 5: mmcp.plugin.v1.Plugin.Context:input_type -> mmcp.plugin.v1.ContextRequest
-	1, // 6: mmcp.plugin.v1.Plugin.Describe:output_type -> mmcp.plugin.v1.DescribeResponse
-	6, // 7: mmcp.plugin.v1.Plugin.Call:output_type -> mmcp.plugin.v1.CallResponse
-	8, // 8: mmcp.plugin.v1.Plugin.Context:output_type -> mmcp.plugin.v1.ContextResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2,  // 0: mmcp.plugin.v1.DescribeResponse.tools:type_name -> mmcp.plugin.v1.Tool
+	3,  // 1: mmcp.plugin.v1.DescribeResponse.settings:type_name -> mmcp.plugin.v1.Setting
+	4,  // 2: mmcp.plugin.v1.DescribeResponse.contexts:type_name -> mmcp.plugin.v1.ContextProvider
+	0,  // 3: mmcp.plugin.v1.Plugin.Describe:input_type -> mmcp.plugin.v1.DescribeRequest
+	5,  // 4: mmcp.plugin.v1.Plugin.Call:input_type -> mmcp.plugin.v1.CallRequest
+	7,  // 5: mmcp.plugin.v1.Plugin.Context:input_type -> mmcp.plugin.v1.ContextRequest
+	9,  // 6: mmcp.plugin.v1.Plugin.Health:input_type -> mmcp.plugin.v1.HealthRequest
+	1,  // 7: mmcp.plugin.v1.Plugin.Describe:output_type -> mmcp.plugin.v1.DescribeResponse
+	6,  // 8: mmcp.plugin.v1.Plugin.Call:output_type -> mmcp.plugin.v1.CallResponse
+	8,  // 9: mmcp.plugin.v1.Plugin.Context:output_type -> mmcp.plugin.v1.ContextResponse
+	10, // 10: mmcp.plugin.v1.Plugin.Health:output_type -> mmcp.plugin.v1.HealthResponse
+	7,  // [7:11] is the sub-list for method output_type
+	3,  // [3:7] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -689,7 +801,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Plugin_Describe_FullMethodName = "/mmcp.plugin.v1.Plugin/Describe"
 	Plugin_Call_FullMethodName     = "/mmcp.plugin.v1.Plugin/Call"
 	Plugin_Context_FullMethodName  = "/mmcp.plugin.v1.Plugin/Context"
+	Plugin_Health_FullMethodName   = "/mmcp.plugin.v1.Plugin/Health"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -43,6 +44,12 @@ type PluginClient interface {
 	// Context returns a short piece of live state for the model's system
 	// prompt.
 	Context(ctx context.Context, in *ContextRequest, opts ...grpc.CallOption) (*ContextResponse, error)
+	// Health says whether what the plugin's tools depend on (a service, and
+	// its credentials) answers now. The host calls it only when Describe set
+	// has_health: after start, and again while it fails or when its last
+	// answer is stale. A plugin without it answers UNIMPLEMENTED, which the
+	// host takes as no probe.
+	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
 }
 
 type pluginClient struct {
@@ -83,6 +90,16 @@ func (c *pluginClient) Context(ctx context.Context, in *ContextRequest, opts ...
 	return out, nil
 }
 
+func (c *pluginClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthResponse)
+	err := c.cc.Invoke(ctx, Plugin_Health_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -96,6 +113,12 @@ type PluginServer interface {
 	// Context returns a short piece of live state for the model's system
 	// prompt.
 	Context(context.Context, *ContextRequest) (*ContextResponse, error)
+	// Health says whether what the plugin's tools depend on (a service, and
+	// its credentials) answers now. The host calls it only when Describe set
+	// has_health: after start, and again while it fails or when its last
+	// answer is stale. A plugin without it answers UNIMPLEMENTED, which the
+	// host takes as no probe.
+	Health(context.Context, *HealthRequest) (*HealthResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -114,6 +137,9 @@ func (UnimplementedPluginServer) Call(context.Context, *CallRequest) (*CallRespo
 }
 func (UnimplementedPluginServer) Context(context.Context, *ContextRequest) (*ContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Context not implemented")
+}
+func (UnimplementedPluginServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -190,6 +216,24 @@ func _Plugin_Context_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).Health(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_Health_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).Health(ctx, req.(*HealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -208,6 +252,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Context",
 			Handler:    _Plugin_Context_Handler,
+		},
+		{
+			MethodName: "Health",
+			Handler:    _Plugin_Health_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

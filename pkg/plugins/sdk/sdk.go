@@ -9,6 +9,7 @@
 //		p.Settings(&cfg)
 //		sdk.Tool(p, "tmdb_search", "Search TMDB for a film or show", search)
 //		p.Context("now", "Current time", now)
+//		p.Health(ping) // the cheapest call that proves TMDB takes the key
 //		p.Serve()
 //	}
 //
@@ -46,6 +47,7 @@ type Plugin struct {
 	name, version string
 	tools         []*tool
 	contexts      []*provider
+	health        func(ctx context.Context) error
 	settings      settingsState
 	errs          []error // declaration mistakes, reported by Serve
 	log           hclog.Logger

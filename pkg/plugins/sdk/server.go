@@ -34,7 +34,8 @@ type server struct {
 	describe *pluginpb.DescribeResponse
 	tools    map[string]*tool
 	contexts map[string]*provider
-	standby  string // why tools are refused; empty when settings are fine
+	health   func(ctx context.Context) error // nil: no probe
+	standby  string                          // why tools are refused; empty when settings are fine
 	secrets  []string
 	log      hclog.Logger
 }
@@ -44,11 +45,13 @@ func newServer(p *Plugin) *server {
 		tools:    make(map[string]*tool, len(p.tools)),
 		contexts: make(map[string]*provider, len(p.contexts)),
 		secrets:  p.settings.secrets,
+		health:   p.health,
 		log:      p.log,
 		describe: &pluginpb.DescribeResponse{
-			Name:     p.name,
-			Version:  text(p.version),
-			Settings: p.settings.list,
+			Name:      p.name,
+			Version:   text(p.version),
+			Settings:  p.settings.list,
+			HasHealth: p.health != nil,
 		},
 	}
 	// A description that is not UTF-8 would make every Describe fail to

@@ -66,7 +66,17 @@ func NewPlugin(service string, env Env) (*sdk.Plugin, *Client) {
 		c.api.CredVar = prefix + "API_KEY"
 		c.api.Auth = func(r *http.Request) { r.Header.Set("X-Api-Key", s.APIKey) }
 	}
+	p.Health(c.Health)
 	return p, c
+}
+
+// Health is the plugins' probe: the system status is the cheapest call that
+// needs both the URL and the key to be right.
+func (c *Client) Health(ctx context.Context) error {
+	var status struct {
+		Version string `json:"version"`
+	}
+	return c.Get(ctx, "/system/status", nil, &status)
 }
 
 // Get fetches an API path (under /api/v3) and decodes its JSON into out.

@@ -43,6 +43,11 @@
 //	ctxslow    context "slow" sleeps 2s, honouring its context
 //	ctxfail    context "broken" always fails, and first appends a line to
 //	           the file named by its optional setting LOG
+//	probe      a health probe that fails while the file named by its setting
+//	           FLAG exists, quoting the file's content and its secret
+//	           setting KEY; content "hang" makes it wait for its deadline
+//	noprobe    describes has_health but serves no Health (UNIMPLEMENTED), as
+//	           a plugin built against another contract would
 package main
 
 import (
@@ -96,8 +101,12 @@ type noArgs struct {
 
 func main() {
 	name := strings.TrimPrefix(filepath.Base(os.Args[0]), "mmcp-plugin-")
-	if name == "badschema" {
-		serveBadSchema(name)
+	switch name {
+	case "badschema":
+		serveWrapped(name, func(s pluginpb.PluginServer) pluginpb.PluginServer { return badSchema{s} })
+		return
+	case "noprobe":
+		serveWrapped(name, func(s pluginpb.PluginServer) pluginpb.PluginServer { return noProbe{s} })
 		return
 	}
 	declared := name
@@ -260,6 +269,25 @@ func main() {
 				return "", ctx.Err()
 			}
 		})
+	case "probe":
+		var cfg struct {
+			Flag string `desc:"While this file exists the probe fails, with its content as the reason"`
+			Key  string `secret:"true" desc:"A secret the probe's failure quotes"`
+		}
+		p.Settings(&cfg)
+		p.Health(func(ctx context.Context) error {
+			b, err := os.ReadFile(cfg.Flag)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				return nil
+			case err != nil:
+				return err
+			case strings.TrimSpace(string(b)) == "hang":
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return fmt.Errorf("cannot reach the test service (%s) with key %s", strings.TrimSpace(string(b)), cfg.Key)
+		})
 	case "ctxfail":
 		var cfg struct {
 			Log string `desc:"File that gets one line per call of the provider"`
@@ -324,21 +352,22 @@ func hostPID(pid int) int {
 	return pid
 }
 
-// serveBadSchema serves a plugin whose description carries a tool the SDK
-// would have refused: only the host stands between it and the model.
-func serveBadSchema(name string) {
+// serveWrapped serves a plugin with <name>_echo whose contract wrap bends
+// past what the SDK allows: only the host stands between it and the model.
+func serveWrapped(name string, wrap func(pluginpb.PluginServer) pluginpb.PluginServer) {
 	p := sdk.New(name, version)
 	sdk.Tool(p, name+"_echo", "Echoes text", func(_ context.Context, a echoArgs) (echoResult, error) {
 		return echoResult{Echo: a.Text, Plugin: name}, nil
 	})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: plugins.Handshake,
-		Plugins:         plugin.PluginSet{plugins.PluginName: &plugins.GRPCPlugin{Impl: badSchema{p.Server()}}},
+		Plugins:         plugin.PluginSet{plugins.PluginName: &plugins.GRPCPlugin{Impl: wrap(p.Server())}},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr}),
 	})
 }
 
+// badSchema adds a tool whose arguments are not an object.
 type badSchema struct{ pluginpb.PluginServer }
 
 func (b badSchema) Describe(ctx context.Context, req *pluginpb.DescribeRequest) (*pluginpb.DescribeResponse, error) {
@@ -347,5 +376,18 @@ func (b badSchema) Describe(ctx context.Context, req *pluginpb.DescribeRequest) 
 		return nil, err
 	}
 	d.Tools = append(d.Tools, &pluginpb.Tool{Name: "badschema_text", Description: "Arguments that are not an object", ArgsSchema: []byte(`{"type":"string"}`)})
+	return d, nil
+}
+
+// noProbe claims a health probe; the SDK server under it has none, and
+// answers Health with UNIMPLEMENTED.
+type noProbe struct{ pluginpb.PluginServer }
+
+func (n noProbe) Describe(ctx context.Context, req *pluginpb.DescribeRequest) (*pluginpb.DescribeResponse, error) {
+	d, err := n.PluginServer.Describe(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	d.HasHealth = true
 	return d, nil
 }

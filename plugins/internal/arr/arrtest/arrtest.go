@@ -250,6 +250,48 @@ func Failures(t *testing.T, name string, build Build, calls map[string]string) {
 	}
 }
 
+// Health checks the plugin's probe: one GET /api/v3/system/status with the
+// key; a refused key names the key's variable, a port nothing listens on the
+// URL's, and neither quotes the key.
+func Health(t *testing.T, name string, build Build) {
+	t.Helper()
+	service := strings.ToUpper(name[:1]) + name[1:]
+	prefix := plugins.EnvPrefix(name)
+	status := Reply{Body: `{"appName":"` + service + `","instanceName":"` + service + `","version":"5.14.0.9383","urlBase":""}`}
+	cases := []struct {
+		what  string
+		reply *Reply // nil: nothing listens
+		want  string // in the problem; "": healthy
+	}{
+		{"answers", &status, ""},
+		{"401", &Reply{Status: 401}, service + " refused the credentials (401); check " + prefix + "API_KEY"},
+		{"403", &Reply{Status: 403}, service + " refused the credentials (403); check " + prefix + "API_KEY"},
+		{"another app", &Reply{Status: 404, Body: `{"message":"NotFound"}`}, "check that " + prefix + "URL is the address of " + service},
+		{"nothing listens", nil, service + " is unreachable at http://127.0.0.1:"},
+	}
+	for _, c := range cases {
+		url := closedURL(t)
+		var f *Fake
+		if c.reply != nil {
+			f = NewFake(t, map[string]Reply{"GET /api/v3/system/status": *c.reply})
+			url = f.URL
+		}
+		s := Start(t, name, url, build, Env())
+		if d, err := s.Describe(context.Background(), &pluginpb.DescribeRequest{}); err != nil || !d.HasHealth {
+			t.Errorf("%s: has_health not declared (%v)", c.what, err)
+		}
+		r, err := s.Health(context.Background(), &pluginpb.HealthRequest{})
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", c.what, err)
+		case r.Ok != (c.want == "") || !strings.Contains(r.Problem, c.want) || strings.Contains(r.Problem, APIKey):
+			t.Errorf("%s: ok %v, problem %q; want %q", c.what, r.Ok, r.Problem, c.want)
+		case f != nil:
+			f.Expect(t, "GET /api/v3/system/status")
+		}
+	}
+}
+
 // Deadline checks that a call ends with the call's own deadline when the
 // service is slower than it: the host, not the tool, reports that.
 func Deadline(t *testing.T, name string, build Build, tool, args string) {
