@@ -284,13 +284,18 @@ func serve(stderr io.Writer) error {
 		Metrics:      m.Handler(),
 		TurnDone:     m.TurnDone,
 	}
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	tcp, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("listening on %s (MMCP_LISTEN_ADDR): %w", cfg.ListenAddr, err)
 	}
+	// Bounded connections and headers: what a client can hold before it is
+	// authenticated.
+	ln := server.LimitListener(tcp, cfg.MaxConnections)
 	srv := &http.Server{
 		Handler:           api.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ConnState:         ln.ConnState,
+		MaxHeaderBytes:    server.MaxHeaderBytes,
+		ReadHeaderTimeout: server.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		// A turn is several model calls and tool calls: allow all of them.
 		WriteTimeout: time.Duration(cfg.LoopMaxSteps+1)*(time.Duration(cfg.LLMMaxRetries+1)*cfg.LLMTimeout+cfg.ToolTimeout) + 30*time.Second,

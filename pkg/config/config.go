@@ -59,6 +59,7 @@ type Config struct {
 	ContextTimeout          time.Duration `split_words:"true" default:"800ms" desc:"time all context providers have together per turn"`
 	MaxMessageChars         int           `split_words:"true" default:"8000" desc:"longest chat message in characters; longer ones get 400"`
 	MaxConcurrentTurns      int           `split_words:"true" default:"16" desc:"turns running at once (streams included); more get 503"`
+	MaxConnections          int           `split_words:"true" default:"256" desc:"HTTP connections held at once, 1 to 100000; past it one waiting without a request is dropped for the newcomer"`
 	ApprovalTTL             time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
 	APIToken                Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
 	LogLevel                string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
@@ -136,6 +137,7 @@ func (c Config) validate() error {
 		positive("MMCP_CONTEXT_TIMEOUT", c.ContextTimeout),
 		between("MMCP_MAX_MESSAGE_CHARS", c.MaxMessageChars, 1, 1<<20),
 		between("MMCP_MAX_CONCURRENT_TURNS", c.MaxConcurrentTurns, 1, 10000),
+		between("MMCP_MAX_CONNECTIONS", c.MaxConnections, 1, 100000),
 		positive("MMCP_APPROVAL_TTL", c.ApprovalTTL),
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),

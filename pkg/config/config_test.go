@@ -44,6 +44,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_CONTEXT_TIMEOUT", "800ms"},
 	{"MMCP_MAX_MESSAGE_CHARS", "8000"},
 	{"MMCP_MAX_CONCURRENT_TURNS", "16"},
+	{"MMCP_MAX_CONNECTIONS", "256"},
 	{"MMCP_APPROVAL_TTL", "10m"},
 	{"MMCP_API_TOKEN", ""},
 	{"MMCP_LOG_LEVEL", "info"},
@@ -78,6 +79,7 @@ var defaults = Config{
 	ContextTimeout:          800 * time.Millisecond,
 	MaxMessageChars:         8000,
 	MaxConcurrentTurns:      16,
+	MaxConnections:          256,
 	ApprovalTTL:             10 * time.Minute,
 	APIToken:                "",
 	LogLevel:                "info",
@@ -166,6 +168,7 @@ var readCases = []struct {
 	{"MMCP_CONTEXT_TIMEOUT", "1s", func(c *Config) { c.ContextTimeout = time.Second }},
 	{"MMCP_MAX_MESSAGE_CHARS", "400", func(c *Config) { c.MaxMessageChars = 400 }},
 	{"MMCP_MAX_CONCURRENT_TURNS", "2", func(c *Config) { c.MaxConcurrentTurns = 2 }},
+	{"MMCP_MAX_CONNECTIONS", "1024", func(c *Config) { c.MaxConnections = 1024 }},
 	{"MMCP_APPROVAL_TTL", "1m", func(c *Config) { c.ApprovalTTL = time.Minute }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
@@ -319,6 +322,9 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_ALLOWED_HOSTS", "nas.local:http"},
 		{"MMCP_ALLOWED_HOSTS", "ok.example,user@nas.local"},
 		{"MMCP_ALLOWED_HOSTS", "*.example.com"},
+		{"MMCP_MAX_CONNECTIONS", "0"},
+		{"MMCP_MAX_CONNECTIONS", "100001"},
+		{"MMCP_MAX_CONNECTIONS", "many"},
 		{"MMCP_OLLAMA_HOST", "ftp://gpu-box"},
 		{"MMCP_OLLAMA_HOST", "gpu-box:abc"},
 		{"MMCP_OLLAMA_HOST", "http://user:pass@gpu-box"},
@@ -558,6 +564,7 @@ MMCP_CONTEXT_PROVIDER_TIMEOUT=300ms
 MMCP_CONTEXT_TIMEOUT=800ms
 MMCP_MAX_MESSAGE_CHARS=8000
 MMCP_MAX_CONCURRENT_TURNS=16
+MMCP_MAX_CONNECTIONS=256
 MMCP_APPROVAL_TTL=10m0s
 MMCP_API_TOKEN=**********
 MMCP_LOG_LEVEL=info

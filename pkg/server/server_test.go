@@ -41,10 +41,11 @@ func (s *syncBuffer) String() string {
 }
 
 type env struct {
-	fake  *ollamatest.Server
-	url   string
-	logs  *syncBuffer
-	store *store.Store
+	fake    *ollamatest.Server
+	url     string
+	logs    *syncBuffer
+	store   *store.Store
+	handler http.Handler // the API, for tests that serve it themselves
 }
 
 func start(t *testing.T, token string, script ...ollamatest.Reply) *env {
@@ -80,9 +81,10 @@ func startWith(t *testing.T, o options, script ...ollamatest.Reply) *env {
 	if o.configure != nil {
 		o.configure(st, runner, api)
 	}
-	ts := httptest.NewServer(api.Handler())
+	h := api.Handler()
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	return &env{fake: fake, url: ts.URL, logs: logs, store: st}
+	return &env{fake: fake, url: ts.URL, logs: logs, store: st, handler: h}
 }
 
 func final(answer string) ollamatest.Reply {
