@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 
@@ -33,7 +35,7 @@ func (c client) post(path string, req any) (*server.ChatResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	hreq, err := http.NewRequest(http.MethodPost, c.base+path, bytes.NewReader(body))
+	hreq, err := http.NewRequest(http.MethodPost, reachable(c.base)+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
@@ -65,6 +67,24 @@ func (c client) post(path string, req any) (*server.ChatResponse, error) {
 		return nil, fmt.Errorf("decoding the answer: %w", err)
 	}
 	return &out, nil
+}
+
+// reachable turns a base URL made from a listen address into one this
+// machine can call: a wildcard host (":8787", "0.0.0.0:8787", "[::]:8787")
+// becomes loopback, which the daemon accepts as Host; an empty Host it does
+// not.
+func reachable(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base // the request fails with the parse error
+	}
+	switch host := u.Hostname(); {
+	case host == "" || host == "0.0.0.0":
+		u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	case host == "::":
+		u.Host = net.JoinHostPort("::1", u.Port())
+	}
+	return u.String()
 }
 
 // printOutcome prints an answer, or what the agent wants to do and how to

@@ -146,3 +146,21 @@ func TestHeaderAndConnectionLimits(t *testing.T) {
 		t.Logf("daemon log:\n%s", logs)
 	}
 }
+
+// TestReachable: mmcpd chat builds its URL from MMCP_LISTEN_ADDR; a wildcard
+// host must become one the daemon accepts as Host.
+func TestReachable(t *testing.T) {
+	for base, want := range map[string]string{
+		"http://:8787":            "http://127.0.0.1:8787",
+		"http://0.0.0.0:8787":     "http://127.0.0.1:8787",
+		"http://[::]:8787":        "http://[::1]:8787",
+		"http://127.0.0.1:8787":   "http://127.0.0.1:8787",
+		"http://localhost:8787":   "http://localhost:8787",
+		"http://nas.local:8787":   "http://nas.local:8787",
+		"http://192.168.1.5:8787": "http://192.168.1.5:8787",
+	} {
+		if got := reachable(base); got != want {
+			t.Errorf("reachable(%q) = %q, want %q", base, got, want)
+		}
+	}
+}
