@@ -38,6 +38,7 @@ var breakerStates = []string{"closed", "half-open", "open"}
 // Plugin statuses always reported, at 0 when no plugin has them.
 var pluginStatuses = []string{
 	plugins.StatusStarting, plugins.StatusReady, plugins.StatusStandby, plugins.StatusFailed, plugins.StatusRestarting,
+	plugins.StatusUnreachable,
 }
 
 // otherTool is the tool label of a call to a tool no plugin has.
@@ -51,7 +52,7 @@ var (
 		"Times each plugin was restarted after it exited or was killed.",
 		[]string{"plugin"}, nil)
 	pluginsDesc = prometheus.NewDesc("mmcpd_plugins",
-		"Plugins found, by status (starting, ready, standby, failed, restarting).",
+		"Plugins found, by status (starting, ready, standby, failed, restarting, unreachable).",
 		[]string{"status"}, nil)
 	sessionsDesc = prometheus.NewDesc("mmcpd_sessions",
 		"Sessions in the store.",

@@ -243,6 +243,7 @@ func TestPluginsAtScrape(t *testing.T) {
 	want(t, mfs, 1, "mmcpd_plugins", "status", "failed")
 	want(t, mfs, 0, "mmcpd_plugins", "status", "standby")
 	want(t, mfs, 0, "mmcpd_plugins", "status", "starting")
+	want(t, mfs, 0, "mmcpd_plugins", "status", "unreachable")
 
 	// Read again at every scrape: the breaker closed, the plugin came back.
 	mu.Lock()
