@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -49,6 +50,10 @@ type Reply struct {
 	// Line > 0 sends one line of that many bytes and no newline: a chat
 	// response whose content string never ends.
 	Line int
+	// Drip > 0 sends the reply one byte at a time, this long apart, headers
+	// with the first: a server that answers, but slower than the client
+	// waits. It stops once the client is gone.
+	Drip time.Duration
 }
 
 // Response is what the server sent for one /api/chat request, so that a test
@@ -79,6 +84,22 @@ type Server struct {
 // closed when the test ends.
 func New(t testing.TB, script ...Reply) *Server {
 	t.Helper()
+	return start(t, nil, script...)
+}
+
+// NewAt is New listening on addr (host:port): the fake can start where a
+// client already looks, as Ollama started after the daemon.
+func NewAt(t testing.TB, addr string, script ...Reply) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("ollamatest: %v", err)
+	}
+	return start(t, ln, script...)
+}
+
+// start serves on ln, or on a port of its own when ln is nil.
+func start(t testing.TB, ln net.Listener, script ...Reply) *Server {
 	s := &Server{
 		quit:   make(chan struct{}),
 		script: slices.Clone(script),
@@ -89,7 +110,12 @@ func New(t testing.TB, script ...Reply) *Server {
 	mux.HandleFunc("GET /api/tags", s.tags)
 	mux.HandleFunc("GET /api/version", s.version)
 	mux.HandleFunc("/{$}", s.root)
-	s.srv = httptest.NewServer(drain(mux))
+	s.srv = httptest.NewUnstartedServer(drain(mux))
+	if ln != nil {
+		_ = s.srv.Listener.Close()
+		s.srv.Listener = ln
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	t.Cleanup(s.Close)
 	return s
@@ -213,17 +239,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	reply := s.next(req)
-	if reply.Delay > 0 {
-		t := time.NewTimer(reply.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		case <-s.quit:
-			t.Stop()
-			return
-		}
+	if !s.wait(r, reply.Delay) {
+		return
 	}
 	switch {
 	case reply.Status != 0:
@@ -270,15 +287,58 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 	// A nil Stream means streaming, as in Ollama: then the content comes in
 	// one chunk and the figures in a final chunk of their own.
+	lines := []any{final}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	if req.Stream == nil || *req.Stream {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		chunk := api.ChatResponse{Model: req.Model, CreatedAt: final.CreatedAt, Message: final.Message}
 		final.Message.Content = ""
-		cw.complete = writeLines(w, chunk, final)
+		lines = []any{chunk, final}
+	}
+	if reply.Drip > 0 {
+		cw.complete = s.drip(cw, r, lines, reply.Drip)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	cw.complete = writeLines(w, final)
+	cw.complete = writeLines(w, lines...)
+}
+
+// wait waits d, and reports false if the client went away or the server is
+// closing first.
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.quit:
+		return false
+	}
+}
+
+// drip writes lines as writeLines does, one byte every pause, and reports
+// whether every byte went out.
+func (s *Server) drip(w *countingWriter, r *http.Request, lines []any, pause time.Duration) bool {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	for _, v := range lines {
+		if err := enc.Encode(v); err != nil {
+			return false
+		}
+	}
+	for i, b := range body.Bytes() {
+		if i > 0 && !s.wait(r, pause) {
+			return false
+		}
+		if w.send([]byte{b}) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // repeat writes chunk n times, one line each, and reports whether every line

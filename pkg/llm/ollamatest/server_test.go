@@ -349,3 +349,52 @@ func TestHugeReplyStopsWhenTheClientLeaves(t *testing.T) {
 		}
 	}
 }
+
+// TestDrip checks that a dripped reply arrives whole but slowly, headers
+// first, and that the fake stops dripping once the client is gone.
+func TestDrip(t *testing.T) {
+	const pause = 2 * time.Millisecond
+	s := ollamatest.New(t, ollamatest.Reply{Content: "slow", Drip: pause}, ollamatest.Reply{Content: "slower", Drip: time.Hour})
+	c := client(t, s)
+	start := time.Now()
+	text, last, _, err := chat(t, c, false, "a")
+	if err != nil || text != "slow" || !last.Done {
+		t.Fatalf("dripped reply: %q done=%v err=%v", text, last.Done, err)
+	}
+	sent := ended(t, s, 0)
+	if !sent.Complete || time.Since(start) < time.Duration(sent.Bytes-1)*pause {
+		t.Errorf("sent %+v in %s, want every byte %s apart", sent, time.Since(start), pause)
+	}
+
+	// Headers come at once; the body never ends within the client's wait.
+	resp, err := http.Post(s.URL+"/api/chat", "application/json", strings.NewReader(`{"model":"m","stream":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || first[0] != '{' {
+		t.Errorf("first byte %q, %v", first, err)
+	}
+	resp.Body.Close()
+	if got := ended(t, s, 1); got.Complete {
+		t.Errorf("the fake finished a reply the client left: %+v", got)
+	}
+}
+
+// TestNewAt starts the fake where a client already looks, as Ollama started
+// after the daemon.
+func TestNewAt(t *testing.T) {
+	probe := ollamatest.New(t)
+	addr := strings.TrimPrefix(probe.URL, "http://")
+	probe.Close()
+	s := ollamatest.NewAt(t, addr, ollamatest.Reply{Content: "here"})
+	if s.URL != "http://"+addr {
+		t.Errorf("URL = %q, want http://%s", s.URL, addr)
+	}
+	if text, _, _, err := chat(t, client(t, s), false, "a"); err != nil || text != "here" {
+		t.Errorf("reply: %q, %v", text, err)
+	}
+}
