@@ -353,9 +353,12 @@ func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string
 			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: model call: %w", n, err)
 		}
 		t.res.Usage.Add(reply.Usage)
-		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Duration: time.Since(callStart), Usage: &reply.Usage})
+		took := time.Since(callStart)
 
+		// Decoded before the event, so that the event says what the model
+		// decided (nothing, when the reply is invalid).
 		d, err := decodeSafely(u, reply.Content)
+		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Duration: took, Usage: &reply.Usage})
 		if err == nil {
 			return d, attempt, modelTime, nil
 		}

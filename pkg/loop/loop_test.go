@@ -483,6 +483,48 @@ func TestEventsInOrder(t *testing.T) {
 	}
 }
 
+// TestModelReplyEvents: each model_reply says what the model decided, so a
+// client can show it before the tool runs: the thought, the action and its
+// arguments of a valid reply; an invalid one has none, and its problems
+// follow in validation_error.
+func TestModelReplyEvents(t *testing.T) {
+	fake := ollamatest.New(t,
+		ollamatest.Reply{Content: "oops"},
+		ollamatest.Reply{Content: `{"thought":"look it up","action":"tmdb_search","args":{"query":"Dune"}}`},
+		ollamatest.Reply{Content: `{"thought":"found it","action":"final_response","args":{"answer":"Dune (2021)"}}`},
+	)
+	var got []loop.Event
+	_, err := newRunner(t, fake, newToolbox(t)).Run(context.Background(), &convo.Conversation{}, "hi", func(e loop.Event) {
+		if e.Type == loop.EventModelReply {
+			got = append(got, e)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		step, attempt         int
+		thought, action, args string
+	}{
+		{1, 0, "", "", ""},
+		{1, 1, "look it up", "tmdb_search", `{"query":"Dune"}`},
+		{2, 0, "found it", "final_response", `{"answer":"Dune (2021)"}`},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d model_reply events, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		e := got[i]
+		if e.Step != w.step || e.Attempt != w.attempt || e.Thought != w.thought || e.Action != w.action || string(e.Args) != w.args {
+			t.Errorf("model_reply %d = step %d attempt %d %q %q %s, want step %d attempt %d %q %q %s",
+				i, e.Step, e.Attempt, e.Thought, e.Action, e.Args, w.step, w.attempt, w.thought, w.action, w.args)
+		}
+		if e.Usage == nil || e.Duration <= 0 {
+			t.Errorf("model_reply %d lacks usage or duration: %+v", i, e)
+		}
+	}
+}
+
 // TestHistoryCarriesOver runs two turns in one conversation: the second sees
 // the first, and the window keeps the newest user message at any budget.
 func TestHistoryCarriesOver(t *testing.T) {
