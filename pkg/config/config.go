@@ -62,6 +62,7 @@ type Config struct {
 	MaxConnections          int           `split_words:"true" default:"256" desc:"HTTP connections held at once, 1 to 100000; past it one waiting without a request is dropped for the newcomer"`
 	ApprovalTTL             time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
 	APIToken                Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
+	ShutdownGrace           time.Duration `split_words:"true" default:"5s" desc:"on SIGTERM, how long running turns may finish before they are cancelled"`
 	LogLevel                string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
 	LogFormat               string        `split_words:"true" default:"text" desc:"text or json"`
 }
@@ -139,6 +140,7 @@ func (c Config) validate() error {
 		between("MMCP_MAX_CONCURRENT_TURNS", c.MaxConcurrentTurns, 1, 10000),
 		between("MMCP_MAX_CONNECTIONS", c.MaxConnections, 1, 100000),
 		positive("MMCP_APPROVAL_TTL", c.ApprovalTTL),
+		positive("MMCP_SHUTDOWN_GRACE", c.ShutdownGrace),
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
 	)

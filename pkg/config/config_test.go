@@ -47,6 +47,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_MAX_CONNECTIONS", "256"},
 	{"MMCP_APPROVAL_TTL", "10m"},
 	{"MMCP_API_TOKEN", ""},
+	{"MMCP_SHUTDOWN_GRACE", "5s"},
 	{"MMCP_LOG_LEVEL", "info"},
 	{"MMCP_LOG_FORMAT", "text"},
 }
@@ -82,6 +83,7 @@ var defaults = Config{
 	MaxConnections:          256,
 	ApprovalTTL:             10 * time.Minute,
 	APIToken:                "",
+	ShutdownGrace:           5 * time.Second,
 	LogLevel:                "info",
 	LogFormat:               "text",
 }
@@ -171,6 +173,7 @@ var readCases = []struct {
 	{"MMCP_MAX_CONNECTIONS", "1024", func(c *Config) { c.MaxConnections = 1024 }},
 	{"MMCP_APPROVAL_TTL", "1m", func(c *Config) { c.ApprovalTTL = time.Minute }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
+	{"MMCP_SHUTDOWN_GRACE", "30s", func(c *Config) { c.ShutdownGrace = 30 * time.Second }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
 	{"MMCP_LOG_FORMAT", "JSON", func(c *Config) { c.LogFormat = "json" }},
 }
@@ -366,6 +369,7 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_TOOLS_MAX", "0"},
 		{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "99"},
 		{"MMCP_TOOL_MAX_SCHEMA_BYTES", "100"},
+		{"MMCP_SHUTDOWN_GRACE", "0s"},
 		{"MMCP_LOG_LEVEL", "verbose"},
 		{"MMCP_LOG_LEVEL", ""},
 		{"MMCP_LOG_FORMAT", "xml"},
@@ -567,6 +571,7 @@ MMCP_MAX_CONCURRENT_TURNS=16
 MMCP_MAX_CONNECTIONS=256
 MMCP_APPROVAL_TTL=10m0s
 MMCP_API_TOKEN=**********
+MMCP_SHUTDOWN_GRACE=5s
 MMCP_LOG_LEVEL=info
 MMCP_LOG_FORMAT=text
 `
