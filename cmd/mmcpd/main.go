@@ -41,6 +41,7 @@ Usage:
   mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
   mmcpd respond --session ID --approval ID approve|deny
                                 answer an action the agent asked to run
+  mmcpd db check|recover        check the session database, or save what is readable of a damaged one
   mmcpd config                  print the effective configuration and every variable
   mmcpd schema                  print the reply schema the model is held to
   mmcpd version                 print the version
@@ -69,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = chat(args, stdout, stderr)
 	case "respond":
 		err = respond(args, stdout, stderr)
+	case "db":
+		err = db(args, stdout)
 	case "config":
 		err = printConfig(stdout)
 	case "schema":
@@ -236,7 +239,11 @@ func serve(stderr io.Writer) error {
 	if os.Geteuid() == 0 && (cfg.PluginsUser == "root" || cfg.PluginsUser == "0") {
 		log.Warn("plugins run as root (MMCP_PLUGINS_USER): any plugin can do anything on this machine")
 	}
-	st, err := store.Open(context.Background(), cfg.DataDir)
+	opts, err := storeOptions()
+	if err != nil {
+		return err
+	}
+	st, err := store.OpenWith(context.Background(), cfg.DataDir, opts)
 	if err != nil {
 		return fmt.Errorf("session store: %w", err)
 	}

@@ -225,6 +225,7 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 	}
 	if err := s.Store.CommitTurn(ctx, turn, status, errMsg, added); err != nil {
 		s.log().ErrorContext(ctx, "recording the turn", "session_id", session, "err", err)
+		s.failTurn(ctx, session, turn, err)
 		if runErr == nil {
 			out.failInternal(fmt.Errorf("recording the turn: %w", err))
 			return
@@ -238,6 +239,7 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 	if p := res.Pending; p != nil {
 		a, err := s.Store.CreateApproval(ctx, session, turn, p.Tool, string(p.Args), s.Limits.ApprovalTTL)
 		if err != nil {
+			s.failTurn(ctx, session, turn, err) // no approval can ever resume it
 			out.failInternal(err)
 			return
 		}
@@ -245,6 +247,20 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 		resp.ActionRequest = ActionRequest{ApprovalID: a.ID, Tool: p.Tool, Args: p.Args, Explanation: Explain(p.Thought)}
 	}
 	out.done(resp)
+}
+
+// failTurn is the last resort when a turn's record could not be written: it
+// marks the turn failed, the smallest write there is, so that it does not
+// stay running (or awaiting an approval that does not exist) until the next
+// start, which would mark it interrupted.
+func (s *Server) failTurn(ctx context.Context, session string, turn int64, cause error) {
+	reason := "the turn could not be recorded"
+	if store.IsFull(cause) {
+		reason += ": the disk is full"
+	}
+	if err := s.Store.FailTurn(ctx, turn, reason); err != nil {
+		s.log().ErrorContext(ctx, "marking the turn failed", "session_id", session, "err", err)
+	}
 }
 
 // supersede closes the session's pending approvals: each paused turn gets an

@@ -225,6 +225,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.Store != nil {
+		if err := s.Store.Healthy(); err != nil {
+			s.log().ErrorContext(r.Context(), "the session database is lost", "err", err)
+			s.fail(w, r, http.StatusServiceUnavailable, "storage_lost", storageLost, false)
+			return
+		}
+	}
 	if starting := s.starting(); len(starting) > 0 {
 		s.fail(w, r, http.StatusServiceUnavailable, "plugins_starting", "plugins still starting: "+strings.Join(starting, ", "), true)
 		return
@@ -358,6 +365,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, 
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	// A full disk or a lost database file is no bug: say what to do.
+	if status, code, msg, ok := storageProblem(err, false); ok {
+		s.log().ErrorContext(r.Context(), "storage failure", "err", err)
+		s.fail(w, r, status, code, msg, false)
+		return
+	}
 	s.log().ErrorContext(r.Context(), "internal error", "err", err)
 	s.fail(w, r, http.StatusInternalServerError, "internal", "internal error; the log has details under this trace id", true)
 }

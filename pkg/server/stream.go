@@ -74,6 +74,12 @@ func (o *output) turnFailed(err error) {
 }
 
 func (o *output) failInternal(err error) {
+	// The turn has run by now: the message says its tools may have acted.
+	if status, code, msg, ok := storageProblem(err, true); ok {
+		o.s.log().ErrorContext(o.r.Context(), "storage failure", "err", err)
+		o.fail(status, code, msg, false)
+		return
+	}
 	o.s.log().ErrorContext(o.r.Context(), "internal error", "err", err)
 	o.fail(http.StatusInternalServerError, "internal", "internal error; the log has details under this trace id", true)
 }

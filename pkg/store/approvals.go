@@ -35,6 +35,9 @@ type Approval struct {
 
 // CreateApproval records a pending approval for a paused turn.
 func (s *Store) CreateApproval(ctx context.Context, session string, turn int64, tool, args string, ttl time.Duration) (Approval, error) {
+	if err := s.Healthy(); err != nil {
+		return Approval{}, fmt.Errorf("recording an approval in session %q: %w", session, err)
+	}
 	a := Approval{ID: newID(), Session: session, Turn: turn, Tool: tool, Args: args, Status: ApprovalPending, Expires: time.Now().Add(ttl).UTC()}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO approvals (id, session, turn, tool, args, status, expires, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, session, turn, tool, args, a.Status, a.Expires.UnixNano(), now())
@@ -66,6 +69,9 @@ func (s *Store) ClaimApproval(ctx context.Context, session, id, status string) (
 	case time.Now().After(a.Expires):
 		return a, fmt.Errorf("approval %q: %w at %s", id, ErrApprovalExpired, a.Expires.Format(time.RFC3339))
 	}
+	if err := s.Healthy(); err != nil {
+		return a, fmt.Errorf("answering approval %q: %w", id, err)
+	}
 	res, err := s.db.ExecContext(ctx, `UPDATE approvals SET status = ? WHERE id = ? AND status = ? AND expires > ?`, status, id, ApprovalPending, now())
 	if err != nil {
 		return a, fmt.Errorf("answering approval %q: %w", id, err)
@@ -80,6 +86,9 @@ func (s *Store) ClaimApproval(ctx context.Context, session, id, status string) (
 // SupersedeApprovals retires the session's pending approvals (the user moved
 // on) and returns them, so their paused turns can be closed.
 func (s *Store) SupersedeApprovals(ctx context.Context, session string) ([]Approval, error) {
+	if err := s.Healthy(); err != nil {
+		return nil, fmt.Errorf("retiring approvals of session %q: %w", session, err)
+	}
 	rows, err := s.db.QueryContext(ctx, `UPDATE approvals SET status = ? WHERE session = ? AND status = ? RETURNING id, turn, tool, args`, ApprovalSuperseded, session, ApprovalPending)
 	if err != nil {
 		return nil, fmt.Errorf("retiring approvals of session %q: %w", session, err)

@@ -86,16 +86,47 @@ var migrations = []string{
 type Store struct {
 	db   *sql.DB
 	path string
+	lock *os.File // the data folder's lock, held while the store is open
+	id   fileID   // the database file's identity when it was opened
 }
 
-// Open opens (creating if needed) the database in dir, migrates it, and marks
-// turns that were running when the daemon last stopped as interrupted. A
-// database written by a newer mmcpd is refused.
+// Options change how OpenWith opens the database; the zero value is what
+// the daemon uses.
+type Options struct {
+	// MaxPages, when set, caps the database at that many pages (SQLite's
+	// max_page_count), so that writes past it fail exactly as on a full
+	// disk. Only tests set it.
+	MaxPages int
+}
+
+// Open opens (creating if needed) the database in dir with the zero Options.
 func Open(ctx context.Context, dir string) (*Store, error) {
+	return OpenWith(ctx, dir, Options{})
+}
+
+// OpenWith takes the data folder's lock (failing with an *InUseError when
+// another process holds it), opens (creating if needed) the database in dir,
+// checks it (a damaged one is refused with ErrCorrupt and how to recover),
+// migrates it, and marks turns that were running when the daemon last
+// stopped as interrupted. A database written by a newer mmcpd is refused.
+func OpenWith(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data folder %s (MMCP_DATA_DIR): %w", dir, err)
 	}
-	path := filepath.Join(dir, FileName)
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, filepath.Join(dir, FileName), opts)
+	if err != nil {
+		unlockDir(lock)
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// Create the file ourselves so it is private from its first byte; SQLite
 	// gives its -wal and -shm files the same mode.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -106,7 +137,14 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return nil, fmt.Errorf("securing %s: %w", path, err)
 	}
+	id, err := identify(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	if opts.MaxPages > 0 {
+		dsn += "&_pragma=max_page_count(" + strconv.Itoa(opts.MaxPages) + ")"
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
@@ -115,16 +153,36 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	// readers in parallel without hundreds of handles and threads under load.
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, path: path}
-	if err := s.migrate(ctx); err != nil {
+	s := &Store{db: db, path: path, id: id}
+	if err := s.prepare(ctx); err != nil {
 		db.Close()
+		if isCorrupt(err) {
+			return nil, damaged(path, []string{err.Error()})
+		}
 		return nil, err
 	}
-	if _, err := db.ExecContext(ctx, `UPDATE turns SET status = ?, ended = ? WHERE status = ?`, TurnInterrupted, now(), TurnRunning); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("recording interrupted turns: %w", err)
-	}
 	return s, nil
+}
+
+// prepare checks, migrates and tidies a freshly opened database.
+func (s *Store) prepare(ctx context.Context) error {
+	// quick_check walks every page of every b-tree (not whether indexes
+	// agree with their tables): a damaged file is refused at start, with
+	// the way out, rather than found by some later turn.
+	problems, err := checkDB(ctx, s.db, "quick_check")
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", s.path, err)
+	}
+	if len(problems) > 0 {
+		return damaged(s.path, problems)
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE turns SET status = ?, ended = ? WHERE status = ?`, TurnInterrupted, now(), TurnRunning); err != nil {
+		return fmt.Errorf("recording interrupted turns: %w", err)
+	}
+	return nil
 }
 
 // maxConns bounds the connection pool (measured: 4 and 16 perform alike
@@ -134,8 +192,14 @@ const maxConns = 8
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database and releases the data folder.
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.lock != nil {
+		unlockDir(s.lock)
+	}
+	return err
+}
 
 // SchemaVersion is how many migrations this build knows.
 func SchemaVersion() int { return len(migrations) }
@@ -199,6 +263,9 @@ func Title(message string) string {
 
 // CreateSession adds a session with a fresh random id.
 func (s *Store) CreateSession(ctx context.Context, title string) (Session, error) {
+	if err := s.Healthy(); err != nil {
+		return Session{}, fmt.Errorf("creating a session: %w", err)
+	}
 	t := now()
 	sess := Session{ID: newID(), Title: title, Created: fromNanos(t), Updated: fromNanos(t)}
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO sessions (id, title, created, updated) VALUES (?, ?, ?, ?)`, sess.ID, title, t, t); err != nil {
@@ -211,6 +278,9 @@ func (s *Store) CreateSession(ctx context.Context, title string) (Session, error
 // transaction, so that a crash can never leave a session without the turn
 // that asked for it.
 func (s *Store) CreateSessionWithTurn(ctx context.Context, title, traceID, message string) (Session, int64, error) {
+	if err := s.Healthy(); err != nil {
+		return Session{}, 0, fmt.Errorf("creating a session: %w", err)
+	}
 	t := now()
 	sess := Session{ID: newID(), Title: title, Created: fromNanos(t), Updated: fromNanos(t)}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -319,6 +389,9 @@ func parseCursor(c string) (int64, string, error) {
 
 // Rename sets a session's title.
 func (s *Store) Rename(ctx context.Context, id, title string) error {
+	if err := s.Healthy(); err != nil {
+		return fmt.Errorf("renaming session %q: %w", id, err)
+	}
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET title = ?, updated = ? WHERE id = ?`, title, now(), id)
 	if err != nil {
 		return fmt.Errorf("renaming session %q: %w", id, err)
@@ -328,6 +401,9 @@ func (s *Store) Rename(ctx context.Context, id, title string) error {
 
 // Delete removes a session and everything in it.
 func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := s.Healthy(); err != nil {
+		return fmt.Errorf("deleting session %q: %w", id, err)
+	}
 	res, err := s.db.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("deleting session %q: %w", id, err)
@@ -361,6 +437,9 @@ type Turn struct {
 // StartTurn records that a turn began, so that a crash leaves a trace of
 // it: on the next Open it reads as interrupted.
 func (s *Store) StartTurn(ctx context.Context, session, traceID, message string) (int64, error) {
+	if err := s.Healthy(); err != nil {
+		return 0, fmt.Errorf("starting a turn in session %q: %w", session, err)
+	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO turns (session, trace_id, message, status, started) VALUES (?, ?, ?, ?, ?)`,
 		session, traceID, message, TurnRunning, now())
 	if err != nil {
@@ -373,6 +452,9 @@ func (s *Store) StartTurn(ctx context.Context, session, traceID, message string)
 // transaction: the turn's messages become visible all at once. A turn
 // paused for an approval is committed with TurnAwaiting and later again.
 func (s *Store) CommitTurn(ctx context.Context, turn int64, status, errMsg string, msgs []convo.Message) error {
+	if err := s.Healthy(); err != nil {
+		return fmt.Errorf("committing turn %d: %w", turn, err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("committing turn %d: %w", turn, err)
@@ -404,6 +486,22 @@ func (s *Store) CommitTurn(ctx context.Context, turn int64, status, errMsg strin
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("committing turn %d: %w", turn, err)
+	}
+	return nil
+}
+
+// FailTurn ends a running or paused turn as failed with reason, adding
+// nothing: the last resort when its commit could not be written (a full
+// disk), so that it does not stay running until the next start. It is the
+// smallest write there is, so it may fit where the commit did not.
+func (s *Store) FailTurn(ctx context.Context, turn int64, reason string) error {
+	if err := s.Healthy(); err != nil {
+		return fmt.Errorf("failing turn %d: %w", turn, err)
+	}
+	_, err := s.db.ExecContext(ctx, `UPDATE turns SET status = ?, error = ?, ended = ? WHERE id = ? AND status IN (?, ?)`,
+		TurnFailed, reason, now(), turn, TurnRunning, TurnAwaiting)
+	if err != nil {
+		return fmt.Errorf("failing turn %d: %w", turn, err)
 	}
 	return nil
 }
