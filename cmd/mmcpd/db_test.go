@@ -429,3 +429,56 @@ func dbRaw(t *testing.T, path string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// An approval nobody answers expires: reading the session shows (and
+// stores) its turn as failed, "the approval expired", with no new message
+// needed; answering it after is 409 approval_expired.
+func TestApprovalExpires(t *testing.T) {
+	dir := pluginsFolder(t, "guard")
+	fake := ollamatest.New(t, decision("guard_remove", `{"text":"all"}`))
+	data := t.TempDir()
+	addr, logs, d := startDaemon(t, []string{
+		"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_DATA_DIR=" + data, "MMCP_PLUGINS_DIR=" + dir,
+		"MMCP_APPROVAL_TTL=1s",
+	})
+	if !waitFor(30*time.Second, func() bool { code, _ := apiGet(t, addr, "/readyz"); return code == http.StatusOK }) {
+		_, body := apiGet(t, addr, "/readyz")
+		t.Fatalf("/readyz never 200: %s\n%s", body, logs)
+	}
+	code, body := dbPost(t, addr, "/v1/chat", server.ChatRequest{Message: "remove everything"})
+	var req server.ChatResponse
+	if code != http.StatusOK || json.Unmarshal(body, &req) != nil || req.Type != server.TypeActionRequest {
+		t.Fatalf("chat: %d %s\n%s", code, body, logs)
+	}
+	if v := dbSession(t, addr, req.SessionID); v.Turns[0].Status != store.TurnAwaiting {
+		t.Fatalf("before the TTL: %+v", v.Turns)
+	}
+	time.Sleep(1500 * time.Millisecond)
+
+	v := dbSession(t, addr, req.SessionID)
+	if len(v.Turns) != 1 {
+		t.Fatalf("turns: %+v", v.Turns)
+	}
+	tv := v.Turns[0]
+	if tv.Status != store.TurnFailed || tv.Error != "the approval expired" || tv.Ended == nil {
+		t.Errorf("after the TTL: %+v", tv)
+	}
+	if n := len(tv.Items); n != 3 || tv.Items[1].Type != "tool_call" || tv.Items[2].Type != "tool_result" || !strings.Contains(tv.Items[2].Content, "guard_remove was not run: the approval expired") {
+		t.Errorf("items after the TTL: %+v", tv.Items)
+	}
+	code, body = dbPost(t, addr, "/v1/chat/respond", server.RespondRequest{SessionID: req.SessionID, ApprovalID: req.ApprovalID, Decision: "approve"})
+	if code != http.StatusConflict || dbErrorCode(body) != "approval_expired" {
+		t.Errorf("approving after the TTL: %d %s", code, body)
+	}
+	dbStop(t, d, logs)
+
+	// Stored, not only shown.
+	db := dbRaw(t, filepath.Join(data, store.FileName))
+	var status, turnErr, approval string
+	if err := db.QueryRow(`SELECT t.status, t.error, a.status FROM turns t JOIN approvals a ON a.turn = t.id`).Scan(&status, &turnErr, &approval); err != nil {
+		t.Fatal(err)
+	}
+	if status != store.TurnFailed || turnErr != "the approval expired" || approval != "expired" {
+		t.Errorf("stored: turn %s (%q), approval %s", status, turnErr, approval)
+	}
+}

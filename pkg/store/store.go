@@ -513,7 +513,12 @@ func (s *Store) SetTurnStatus(ctx context.Context, turn int64, status string) er
 }
 
 // Turns returns a session's turns, oldest first, each with its messages.
+// A turn whose approval expired unanswered is closed first (see
+// expireApprovals), so what is read is the truth.
 func (s *Store) Turns(ctx context.Context, session string) ([]Turn, error) {
+	if err := s.expireApprovals(ctx, session); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT id, trace_id, message, status, error, started, ended FROM turns WHERE session = ? ORDER BY id`, session)
 	if err != nil {
 		return nil, fmt.Errorf("reading session %q: %w", session, err)

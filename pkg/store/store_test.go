@@ -777,7 +777,8 @@ func TestApprovals(t *testing.T) {
 		{"approve", sess.ID, a.ID, store.ApprovalApproved, nil, store.ApprovalApproved, store.ApprovalApproved},
 		{"approve again", sess.ID, a.ID, store.ApprovalApproved, store.ErrApprovalUsed, store.ApprovalApproved, store.ApprovalApproved},
 		{"deny after approve", sess.ID, a.ID, store.ApprovalDenied, store.ErrApprovalUsed, store.ApprovalApproved, store.ApprovalApproved},
-		{"expired", sess.ID, expired.ID, store.ApprovalApproved, store.ErrApprovalExpired, store.ApprovalPending, store.ApprovalPending},
+		{"expired", sess.ID, expired.ID, store.ApprovalApproved, store.ErrApprovalExpired, store.ApprovalExpired, store.ApprovalExpired},
+		{"expired, again", sess.ID, expired.ID, store.ApprovalApproved, store.ErrApprovalExpired, store.ApprovalExpired, store.ApprovalExpired},
 		{"deny", sess.ID, denied.ID, store.ApprovalDenied, nil, store.ApprovalDenied, store.ApprovalDenied},
 		{"approve after deny", sess.ID, denied.ID, store.ApprovalApproved, store.ErrApprovalUsed, store.ApprovalDenied, store.ApprovalDenied},
 	} {
