@@ -298,7 +298,13 @@ func serve(stderr io.Writer) error {
 	// Bounded connections and headers: what a client can hold before it is
 	// authenticated.
 	ln := server.LimitListener(tcp, cfg.MaxConnections)
+	// Every request's context derives from this one: cancelling it with
+	// server.ErrShuttingDown ends the running turns, which answer their
+	// clients and are recorded cancelled.
+	turnsCtx, cancelTurns := context.WithCancelCause(context.Background())
+	defer cancelTurns(nil)
 	srv := &http.Server{
+		BaseContext:       func(net.Listener) context.Context { return turnsCtx },
 		Handler:           api.Handler(),
 		ConnState:         ln.ConnState,
 		MaxHeaderBytes:    server.MaxHeaderBytes,
@@ -318,14 +324,39 @@ func serve(stderr io.Writer) error {
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancelShut()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		return fmt.Errorf("shutting down: %w", err)
-	}
+	drain(srv, log, cfg.ShutdownGrace, func() { cancelTurns(server.ErrShuttingDown) })
 	log.Info("stopped")
 	return nil
+}
+
+// drain stops the server: no new connections at once, then running turns get
+// grace to finish. Past it (or at a second signal) they are cancelled: each
+// answers its client (503 shutting_down, or the stream's error event) and is
+// recorded cancelled. Plugins are stopped after, by serve's deferred Close.
+func drain(srv *http.Server, log *slog.Logger, grace time.Duration, cancelTurns func()) {
+	log.Info("shutting down: no new requests; running turns have the grace to finish", "grace", grace)
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(context.Background()) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(grace):
+		log.Warn("cancelling the turns still running", "grace", grace)
+	case sig := <-again:
+		log.Warn("cancelling the turns still running", "signal", sig.String())
+	}
+	cancelTurns()
+	// A cancelled turn records itself and answers within moments; a
+	// handler that does not is cut off.
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		log.Warn("closing the connections still open")
+		_ = srv.Close()
+	}
 }
 
 // hideSecrets removes the API token and every plugin setting from the

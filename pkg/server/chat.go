@@ -207,12 +207,25 @@ func pendingCall(conv convo.Conversation, a store.Approval) (loop.ActionRequest,
 	return loop.ActionRequest{Tool: a.Tool, Args: d.Args, Thought: d.Thought}, true
 }
 
+// ErrShuttingDown is the cause the daemon cancels running turns with when it
+// stops: they answer 503 shutting_down and are recorded cancelled.
+var ErrShuttingDown = errors.New("the daemon is shutting down; the turn was cancelled: send it again once mmcpd is back")
+
+// shuttingDown reports whether r's context was cancelled by the daemon
+// stopping, not by the client leaving.
+func shuttingDown(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), ErrShuttingDown)
+}
+
 // finish commits what the turn added and answers the client.
 func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, session string, turn int64, conv *convo.Conversation, before int, res *loop.Result, runErr error) {
 	ctx := context.WithoutCancel(r.Context()) // a client that left still gets its turn recorded
 	added := conv.Messages[min(before, len(conv.Messages)):]
 	status, errMsg, outcome := store.TurnDone, "", TypeAnswer
 	switch {
+	case runErr != nil && shuttingDown(r):
+		status, errMsg, outcome = store.TurnCancelled, "the daemon shut down before the turn ended", "cancelled"
+		runErr = ErrShuttingDown
 	case runErr != nil && r.Context().Err() != nil:
 		status, errMsg, outcome = store.TurnCancelled, "the client went away", "cancelled"
 	case runErr != nil:
@@ -365,6 +378,8 @@ func (s *Server) unlock(id string) {
 func turnError(err error) (status int, code string, retryable bool) {
 	var invalid *loop.InvalidReplyError
 	switch {
+	case errors.Is(err, ErrShuttingDown):
+		return http.StatusServiceUnavailable, "shutting_down", true
 	case errors.Is(err, llm.ErrModelMissing):
 		return http.StatusServiceUnavailable, "model_missing", false
 	case errors.Is(err, llm.ErrUnavailable):

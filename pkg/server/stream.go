@@ -61,7 +61,7 @@ func (o *output) done(resp ChatResponse) {
 }
 
 func (o *output) turnFailed(err error) {
-	if o.r.Context().Err() != nil {
+	if o.r.Context().Err() != nil && !shuttingDown(o.r) {
 		o.s.log().InfoContext(o.r.Context(), "turn cancelled by the client", "err", err)
 		return
 	}
