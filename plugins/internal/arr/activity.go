@@ -59,7 +59,7 @@ func (r QueueRecord) Item(title string) QueueItem {
 	it := QueueItem{
 		Title:    title,
 		Release:  httpapi.Text(r.Release, 150),
-		Size:     bytesText(r.Size),
+		Size:     Bytes(r.Size),
 		TimeLeft: timeLeft(r.TimeLeft),
 		Status:   r.Status,
 		State:    r.State,
@@ -107,8 +107,8 @@ func Queue[R any](ctx context.Context, c *Client, query url.Values, item func(R)
 	return Bounded(items, QueueSize, page.TotalRecords), nil
 }
 
-// bytesText is a size as people read it: "1.4 GiB".
-func bytesText(n float64) string {
+// Bytes is a size as people read it: "1.4 GiB".
+func Bytes(n float64) string {
 	if n <= 0 {
 		return ""
 	}

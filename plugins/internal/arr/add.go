@@ -11,7 +11,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
 )
 
-// Target is where a new series or movie goes: the add tools' shared
+// Target is where a new series, movie or artist goes: the add tools' shared
 // arguments.
 type Target struct {
 	QualityProfile string `json:"quality_profile,omitempty" jsonschema:"maxLength=200,description=Quality profile name; omit it for the first profile"`
@@ -44,7 +44,7 @@ func (c *Client) Place(ctx context.Context, t Target) (Placement, error) {
 	if err := c.Get(ctx, "/qualityprofile", nil, &profiles); err != nil {
 		return Placement{}, err
 	}
-	prof, err := pick(c, "quality profile", t.QualityProfile, profiles, func(p profile) string { return p.Name })
+	prof, err := Pick(c, "quality profile", t.QualityProfile, profiles, func(p profile) string { return p.Name })
 	if err != nil {
 		return Placement{}, err
 	}
@@ -52,16 +52,16 @@ func (c *Client) Place(ctx context.Context, t Target) (Placement, error) {
 	if err := c.Get(ctx, "/rootfolder", nil, &folders); err != nil {
 		return Placement{}, err
 	}
-	folder, err := pick(c, "root folder", t.RootFolder, folders, func(f rootFolder) string { return f.Path })
+	folder, err := Pick(c, "root folder", t.RootFolder, folders, func(f rootFolder) string { return f.Path })
 	if err != nil {
 		return Placement{}, err
 	}
 	return Placement{ProfileID: prof.ID, Profile: prof.Name, Folder: folder.Path}, nil
 }
 
-// pick is the item named want (any case; a path with or without its
+// Pick is the item named want (any case; a path with or without its
 // trailing slash), or the first one when want is empty.
-func pick[T any](c *Client, what, want string, items []T, name func(T) string) (T, error) {
+func Pick[T any](c *Client, what, want string, items []T, name func(T) string) (T, error) {
 	var zero T
 	if len(items) == 0 {
 		return zero, fmt.Errorf("%s has no %s yet; create one in its settings first", c.service, what)
@@ -85,9 +85,11 @@ type Added struct {
 	Added          string `json:"added"`
 	Path           string `json:"path,omitempty"`
 	QualityProfile string `json:"quality_profile"`
-	RootFolder     string `json:"root_folder"`
-	Monitor        string `json:"monitor,omitempty"`
-	Searching      bool   `json:"searching"`
+	// MetadataProfile is Lidarr's: which of an artist's releases it fetches.
+	MetadataProfile string `json:"metadata_profile,omitempty"`
+	RootFolder      string `json:"root_folder"`
+	Monitor         string `json:"monitor,omitempty"`
+	Searching       bool   `json:"searching"`
 }
 
 // AddItem posts item (a lookup result, as the service sent it) to path,

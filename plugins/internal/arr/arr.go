@@ -1,6 +1,7 @@
-// Package arr is what the Sonarr and Radarr plugins share: both services
-// speak the same v3 API dialect (an X-Api-Key header, quality profiles, root
-// folders, a paged download queue, validation errors as a JSON list).
+// Package arr is what the Sonarr, Radarr, Lidarr and Prowlarr plugins share:
+// the services speak one API dialect (an X-Api-Key header, quality profiles,
+// root folders, a paged download queue, validation errors as a JSON list),
+// Sonarr and Radarr under /api/v3, Lidarr and Prowlarr under /api/v1.
 package arr
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
 )
 
-// Version is both plugins' version: they change together.
+// Version is every *arr plugin's version: they change together.
 const Version = "1.0.0"
 
 // Settings are read under each plugin's own prefix, e.g.
@@ -27,6 +28,22 @@ const Version = "1.0.0"
 type Settings struct {
 	URL    string `required:"true" desc:"base URL as opened in a browser, with the URL base of a reverse proxy if any (e.g. http://localhost:8989 for Sonarr or http://localhost:7878 for Radarr)"`
 	APIKey string `split_words:"true" required:"true" secret:"true" desc:"API key, from Settings > General > Security"`
+}
+
+// settingsV1 are the same settings, described with the v1 services' ports.
+// The tags are all that differ, so one converts to the other.
+type settingsV1 struct {
+	URL    string `required:"true" desc:"base URL as opened in a browser, with the URL base of a reverse proxy if any (e.g. http://localhost:8686 for Lidarr or http://localhost:9696 for Prowlarr)"`
+	APIKey string `split_words:"true" required:"true" secret:"true" desc:"API key, from Settings > General > Security"`
+}
+
+// API is the root of the API service speaks: Lidarr and Prowlarr were
+// written after Sonarr's v3 and started their own at v1.
+func API(service string) string {
+	if service == "Lidarr" || service == "Prowlarr" {
+		return "/api/v1"
+	}
+	return "/api/v3"
 }
 
 // Env is what a plugin takes from its surroundings, so that tests can fix it.
@@ -41,9 +58,10 @@ func DefaultEnv() Env {
 	return Env{Now: time.Now, Zone: time.Local, Timeout: 15 * time.Second}
 }
 
-// Client calls one Sonarr or Radarr.
+// Client calls one service of the family.
 type Client struct {
 	service string // "Sonarr", in messages
+	root    string // "/api/v3", see API
 	api     *httpapi.Client
 	urlVar  string
 	err     error // a URL that is not one: the plugin is on standby
@@ -55,9 +73,15 @@ func NewPlugin(service string, env Env) (*sdk.Plugin, *Client) {
 	name := strings.ToLower(service)
 	p := sdk.New(name, Version)
 	var s Settings
-	p.Settings(&s)
+	if API(service) == "/api/v1" {
+		var v1 settingsV1
+		p.Settings(&v1)
+		s = Settings(v1)
+	} else {
+		p.Settings(&s)
+	}
 	prefix := plugins.EnvPrefix(name)
-	c := &Client{service: service, urlVar: prefix + "URL"}
+	c := &Client{service: service, root: API(service), urlVar: prefix + "URL"}
 	c.api, c.err = httpapi.New(service, s.URL, c.urlVar, env.Timeout)
 	if c.err != nil && s.URL != "" { // an empty one is already reported as required
 		p.SettingProblem(c.err.Error())
@@ -79,20 +103,21 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.Get(ctx, "/system/status", nil, &status)
 }
 
-// Get fetches an API path (under /api/v3) and decodes its JSON into out.
+// Get fetches an API path (under the API root) and decodes its JSON into out.
 func (c *Client) Get(ctx context.Context, path string, query url.Values, out any) error {
 	return c.Do(ctx, http.MethodGet, path, query, nil, out)
 }
 
-// Do sends one request to an API path (under /api/v3).
+// Do sends one request to an API path (under the API root).
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	if c.err != nil {
 		return c.err
 	}
-	err := c.api.Do(ctx, method, "/api/v3"+path, query, body, out)
+	err := c.api.Do(ctx, method, c.root+path, query, body, out)
 	if errors.Is(err, httpapi.ErrNotFound) {
-		// Every path used here exists in any v3 server, so a 404 means the
-		// URL leads somewhere else (a missing URL base, another app).
+		// Every path used here exists in any server of its API version, so
+		// a 404 means the URL leads somewhere else (a missing URL base,
+		// another app).
 		return fmt.Errorf("%w; check that %s is the address of %s, with its URL base if it has one", err, c.urlVar, c.service)
 	}
 	return err

@@ -21,10 +21,10 @@ func TestTimeLeft(t *testing.T) {
 	}
 }
 
-func TestBytesText(t *testing.T) {
+func TestBytes(t *testing.T) {
 	for in, want := range map[float64]string{0: "", 512: "512 B", 1536: "1.5 KiB", 3 << 30: "3.0 GiB", 5 << 40: "5.0 TiB", 5 << 50: "5120.0 TiB"} {
-		if got := bytesText(in); got != want {
-			t.Errorf("bytesText(%v) = %q, want %q", in, got, want)
+		if got := Bytes(in); got != want {
+			t.Errorf("Bytes(%v) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -55,5 +55,15 @@ func TestWindow(t *testing.T) {
 	}
 	if start, end := e.Window(0); end.Sub(start) != 7*24*time.Hour-time.Hour {
 		t.Errorf("default window: %v .. %v", start, end)
+	}
+}
+
+func TestAPI(t *testing.T) {
+	for service, want := range map[string]string{
+		"Sonarr": "/api/v3", "Radarr": "/api/v3", "Lidarr": "/api/v1", "Prowlarr": "/api/v1",
+	} {
+		if got := API(service); got != want {
+			t.Errorf("API(%q) = %q, want %q", service, got, want)
+		}
 	}
 }

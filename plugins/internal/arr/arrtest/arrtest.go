@@ -1,4 +1,4 @@
-// Package arrtest is what the Sonarr and Radarr plugin tests share: a fake
+// Package arrtest is what the *arr plugins' tests share: a fake
 // service that answers canned JSON and records each request, a fixed
 // environment, and the checks every such plugin must pass (its description,
 // its settings, and its errors when the service fails).
@@ -208,16 +208,17 @@ func Failures(t *testing.T, name string, build Build, calls map[string]string) {
 	t.Helper()
 	service := strings.ToUpper(name[:1]) + name[1:]
 	prefix := plugins.EnvPrefix(name)
+	get := "GET " + arr.API(service) + "/"
 	cases := []struct {
 		what    string
 		handler http.HandlerFunc
 		want    []string
 	}{
 		{"401", answer(401, "", ""), []string{service + " refused the credentials (401); check " + prefix + "API_KEY"}},
-		{"404", answer(404, "", `{"message":"NotFound"}`), []string{service + ": not found (GET /api/v3/", "check that " + prefix + "URL is the address of " + service + ", with its URL base"}},
+		{"404", answer(404, "", `{"message":"NotFound"}`), []string{service + ": not found (" + get, "check that " + prefix + "URL is the address of " + service + ", with its URL base"}},
 		{"429", answer(429, "30", ""), []string{service + " is rate limiting requests; try again in 30s"}},
-		{"500", answer(500, "", `{"message":"database is locked","description":"SQLiteException"}`), []string{service + " failed (500 Internal Server Error on GET /api/v3/", "): database is locked"}},
-		{"malformed JSON", answer(200, "", `{"records": [`), []string{service + " answered GET /api/v3/", "with something that is not the expected JSON"}},
+		{"500", answer(500, "", `{"message":"database is locked","description":"SQLiteException"}`), []string{service + " failed (500 Internal Server Error on " + get, "): database is locked"}},
+		{"malformed JSON", answer(200, "", `{"records": [`), []string{service + " answered " + get, "with something that is not the expected JSON"}},
 		{"timeout", func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
@@ -250,13 +251,14 @@ func Failures(t *testing.T, name string, build Build, calls map[string]string) {
 	}
 }
 
-// Health checks the plugin's probe: one GET /api/v3/system/status with the
-// key; a refused key names the key's variable, a port nothing listens on the
-// URL's, and neither quotes the key.
+// Health checks the plugin's probe: one GET <API root>/system/status with
+// the key; a refused key names the key's variable, a port nothing listens on
+// the URL's, and neither quotes the key.
 func Health(t *testing.T, name string, build Build) {
 	t.Helper()
 	service := strings.ToUpper(name[:1]) + name[1:]
 	prefix := plugins.EnvPrefix(name)
+	probe := "GET " + arr.API(service) + "/system/status"
 	status := Reply{Body: `{"appName":"` + service + `","instanceName":"` + service + `","version":"5.14.0.9383","urlBase":""}`}
 	cases := []struct {
 		what  string
@@ -273,7 +275,7 @@ func Health(t *testing.T, name string, build Build) {
 		url := closedURL(t)
 		var f *Fake
 		if c.reply != nil {
-			f = NewFake(t, map[string]Reply{"GET /api/v3/system/status": *c.reply})
+			f = NewFake(t, map[string]Reply{probe: *c.reply})
 			url = f.URL
 		}
 		s := Start(t, name, url, build, Env())
@@ -287,7 +289,7 @@ func Health(t *testing.T, name string, build Build) {
 		case r.Ok != (c.want == "") || !strings.Contains(r.Problem, c.want) || strings.Contains(r.Problem, APIKey):
 			t.Errorf("%s: ok %v, problem %q; want %q", c.what, r.Ok, r.Problem, c.want)
 		case f != nil:
-			f.Expect(t, "GET /api/v3/system/status")
+			f.Expect(t, probe)
 		}
 	}
 }
