@@ -35,7 +35,7 @@ const docsPath = "../../docs/plugins.md"
 const updateDocsVar = "MMCP_UPDATE_DOCS"
 
 // bundledNames are the plugins every mmcpd ships; the doc must list each.
-var bundledNames = []string{"jellyfin", "radarr", "sonarr", "system", "tmdb", "transmission", "web"}
+var bundledNames = []string{"jellyfin", "lidarr", "plex", "prowlarr", "qbittorrent", "radarr", "seerr", "sonarr", "system", "tmdb", "transmission", "web"}
 
 // bundledBuild holds the bundled plugins, built once next to the daemon's
 // binary (so TestMain removes them) as mmcp-plugin-<name>.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,6 +45,14 @@ const maxBodyBytes = 6*MaxReplyBytes + 64<<10
 // into waits of minutes or hours between two attempts.
 const maxBackoff = time.Minute
 
+// DefaultDownFreshness is how long Ollama, once a call found it unreachable,
+// is taken as still down: a chat then tries once instead of spending seconds
+// in retries (1+2+4 s by default) that readiness already knows are in vain.
+// Probes of /readyz come every 10 s or so (Kubernetes' default), so 30 s
+// spans a few of them; one attempt is still made, so a server that came
+// back within that time is found at once.
+const DefaultDownFreshness = 30 * time.Second
+
 // Options configures a Client.
 type Options struct {
 	Host        string        // base URL, e.g. http://127.0.0.1:11434
@@ -54,6 +63,11 @@ type Options struct {
 	Retries     int           // how many times to retry 429, 503 and refused connections
 	Backoff     time.Duration // first backoff delay, doubled each retry; 0 means 1s
 	KeepAlive   time.Duration // how long Ollama keeps the model loaded; 0 means Ollama's default
+	// DownFreshness is how long a server found unreachable is taken as
+	// still down: a chat then tries once, without retries. 0 means
+	// DefaultDownFreshness.
+	DownFreshness time.Duration
+	Log           *slog.Logger // where reachability changes go; nil means slog.Default()
 }
 
 // Client talks to one model on one Ollama server. It is safe for concurrent
@@ -68,6 +82,9 @@ type Client struct {
 	retries     int
 	backoff     time.Duration
 	keepAlive   time.Duration
+	downFresh   time.Duration
+	log         *slog.Logger
+	reach       reachability
 }
 
 // New checks the options and builds a Client. It does not contact the
@@ -91,11 +108,15 @@ func New(o Options) (*Client, error) {
 		return nil, fmt.Errorf("llm: retries must not be negative, got %d", o.Retries)
 	case o.Backoff < 0:
 		return nil, fmt.Errorf("llm: backoff must not be negative, got %s", o.Backoff)
+	case o.DownFreshness < 0:
+		return nil, fmt.Errorf("llm: down freshness must not be negative, got %s", o.DownFreshness)
 	}
 	c := &Client{
-		// A client of our own: http.DefaultClient has no timeout, and a hung
-		// model would hang the turn.
-		api:         api.NewClient(u, &http.Client{Timeout: o.Timeout, Transport: capped{transport()}}),
+		// A client of our own, for its transport. The timeout is each call's
+		// context, not http.Client.Timeout: the api client drops errors met
+		// while reading a body, and a deadline passed in the middle of a
+		// slow reply must still be known as one.
+		api:         api.NewClient(u, &http.Client{Transport: capped{transport()}}),
 		host:        host,
 		model:       model,
 		numCtx:      o.NumCtx,
@@ -104,6 +125,14 @@ func New(o Options) (*Client, error) {
 		retries:     o.Retries,
 		backoff:     o.Backoff,
 		keepAlive:   o.KeepAlive,
+		downFresh:   o.DownFreshness,
+		log:         o.Log,
+	}
+	if c.downFresh == 0 {
+		c.downFresh = DefaultDownFreshness
+	}
+	if c.log == nil {
+		c.log = slog.Default()
 	}
 	if c.numCtx == 0 {
 		c.numCtx = DefaultNumCtx
@@ -144,12 +173,19 @@ func (u *Usage) Add(o Usage) {
 
 // Chat sends one non-streaming chat request with format as the JSON Schema
 // the reply must follow (none when format is empty). Overload (429, 503) and
-// refused connections are retried with exponential backoff.
+// refused connections are retried with exponential backoff, except a refused
+// connection while the server is known to be down (see DownFreshness).
 func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.RawMessage) (Reply, error) {
 	req, err := c.request(msgs, format)
 	if err != nil {
 		return Reply{}, err
 	}
+	reply, err := c.chat(ctx, req)
+	c.observe(err)
+	return reply, err
+}
+
+func (c *Client) chat(ctx context.Context, req *api.ChatRequest) (Reply, error) {
 	delay := c.backoff
 	for attempt := 1; ; attempt++ {
 		reply, err := c.chatOnce(ctx, req)
@@ -159,7 +195,7 @@ func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.Raw
 		if ctx.Err() != nil {
 			return Reply{}, c.ctxErr(ctx, "chat")
 		}
-		if attempt > c.retries || !retryable(err) {
+		if attempt > c.retries || !retryable(err) || refused(err) && c.knownDown() {
 			return Reply{}, c.explain("chat request", err, attempt)
 		}
 		t := time.NewTimer(delay)
@@ -175,14 +211,39 @@ func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.Raw
 
 // Check reports whether the server is reachable and has the model.
 func (c *Client) Check(ctx context.Context) error {
-	_, err := c.api.Show(ctx, &api.ShowRequest{Model: c.model})
-	if err == nil {
+	err := c.check(ctx)
+	c.observe(err)
+	return err
+}
+
+func (c *Client) check(ctx context.Context) error {
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.api.Show(callCtx, &api.ShowRequest{Model: c.model})
+	switch {
+	case err == nil:
 		return nil
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		return c.ctxErr(ctx, "model check")
+	case pastDeadline(callCtx):
+		return c.timedOut()
 	}
 	return c.explain("model check", err, 1)
+}
+
+// callContext bounds one HTTP call by the client's timeout.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.timeout > 0 {
+		return context.WithTimeout(ctx, c.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// pastDeadline reports whether a call's own deadline ended it; callers
+// check their own context first, so its deadline is never taken for this
+// one.
+func pastDeadline(callCtx context.Context) bool {
+	return errors.Is(callCtx.Err(), context.DeadlineExceeded)
 }
 
 func (c *Client) request(msgs []convo.Message, format json.RawMessage) (*api.ChatRequest, error) {
@@ -232,10 +293,10 @@ func wireRole(r convo.Role) (string, error) {
 func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, error) {
 	// Cancelling this context drops the connection: the rest of a reply that
 	// is too large is never read.
-	ctx, cancel := context.WithCancel(ctx)
+	callCtx, cancel := c.callContext(ctx)
 	defer cancel()
 	var overBody atomic.Bool
-	ctx = context.WithValue(ctx, bodyCapKey{}, &overBody)
+	callCtx = context.WithValue(callCtx, bodyCapKey{}, &overBody)
 
 	var (
 		chunks   int
@@ -244,7 +305,7 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 		content  strings.Builder
 		final    api.ChatResponse
 	)
-	err := c.api.Chat(ctx, req, func(r api.ChatResponse) error {
+	err := c.api.Chat(callCtx, req, func(r api.ChatResponse) error {
 		chunks++
 		if content.Len()+len(r.Message.Content) > MaxReplyBytes {
 			overCaps = true
@@ -265,6 +326,10 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes (%d KiB) of content, the most a reply may have", MaxReplyBytes, MaxReplyBytes>>10))
 	case overBody.Load():
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes of response body, the most a reply of %d bytes (%d KiB) of content may take", maxBodyBytes, MaxReplyBytes, MaxReplyBytes>>10))
+	case ctx.Err() == nil && pastDeadline(callCtx):
+		// Whatever the api client made of the cut body (nothing, or a
+		// partial line), the reply did not come in time.
+		return Reply{}, c.timedOut()
 	case err != nil:
 		return Reply{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -264,8 +265,14 @@ func TestChatRetries(t *testing.T) {
 		{name: "all 503", retries: 2, script: []ollamatest.Reply{full, full, full, ok}, wantReqs: 3,
 			wantErr: llm.ErrUnavailable, wantText: "503 Service Unavailable"},
 		{name: "no retries", retries: 0, script: []ollamatest.Reply{busy, ok}, wantReqs: 1, wantErr: llm.ErrUnavailable},
+		// Other 5xx are Ollama (or a proxy before it) failing: a model_error
+		// with its message, not retried.
 		{name: "500 is not retried", retries: 3, script: []ollamatest.Reply{{Status: 500, Error: "llama runner process has terminated"}, ok}, wantReqs: 1,
-			wantText: "500 Internal Server Error: llama runner process has terminated"},
+			wantErr: llm.ErrServerError, wantText: "500 Internal Server Error: llama runner process has terminated"},
+		{name: "502 from a proxy", retries: 3, script: []ollamatest.Reply{{Status: 502, Error: "upstream connect error"}, ok}, wantReqs: 1,
+			wantErr: llm.ErrServerError, wantText: "502 Bad Gateway: upstream connect error"},
+		{name: "504 from a proxy", retries: 3, script: []ollamatest.Reply{{Status: 504}, ok}, wantReqs: 1,
+			wantErr: llm.ErrServerError, wantText: "504 Gateway Timeout"},
 		{name: "400 is not retried", retries: 3, script: []ollamatest.Reply{{Status: 400, Error: "invalid JSON schema in format"}, ok}, wantReqs: 1,
 			wantText: "400 Bad Request: invalid JSON schema in format"},
 	}
@@ -291,6 +298,9 @@ func TestChatRetries(t *testing.T) {
 			}
 			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Errorf("err = %v, want %v", err, tt.wantErr)
+			}
+			if errors.Is(err, llm.ErrServerError) && !errors.Is(err, llm.ErrBadResponse) {
+				t.Errorf("err = %v is not an ErrBadResponse (model_error)", err)
 			}
 			if tt.wantErr == nil {
 				for _, s := range []error{llm.ErrUnavailable, llm.ErrModelMissing, llm.ErrBadResponse} {
@@ -411,14 +421,19 @@ func TestChatErrors(t *testing.T) {
 		reply   ollamatest.Reply
 		timeout time.Duration
 		want    error
+		notWant error
 		text    []string
 	}{
 		{name: "model missing", reply: ollamatest.Reply{Status: 404, Error: `model "qwen2.5:7b-instruct" not found, try pulling it first`},
 			want: llm.ErrModelMissing, text: []string{`run "ollama pull qwen2.5:7b-instruct"`, "127.0.0.1"}},
 		{name: "empty 200", reply: ollamatest.Reply{Empty: true}, want: llm.ErrBadResponse, text: []string{"empty response"}},
 		{name: "done=false", reply: ollamatest.Reply{Content: "{}", NotDone: true}, want: llm.ErrBadResponse, text: []string{"incomplete"}},
+		// A slow model is no unreachable server: its own error, naming the
+		// setting, whether nothing came in time or the reply came too slowly.
 		{name: "timeout", reply: ollamatest.Reply{Content: "{}", Delay: 10 * time.Second}, timeout: 50 * time.Millisecond,
-			want: llm.ErrUnavailable, text: []string{"did not answer", "50ms"}},
+			want: llm.ErrTimeout, notWant: llm.ErrUnavailable, text: []string{"did not answer within 50ms (MMCP_LLM_TIMEOUT)", "may need more"}},
+		{name: "slow drip", reply: ollamatest.Reply{Content: "{}", Drip: 20 * time.Millisecond}, timeout: 300 * time.Millisecond,
+			want: llm.ErrTimeout, notWant: llm.ErrBadResponse, text: []string{"did not answer within 300ms (MMCP_LLM_TIMEOUT)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -432,6 +447,9 @@ func TestChatErrors(t *testing.T) {
 			_, err := c.Chat(context.Background(), ask("hi"), schema)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if tt.notWant != nil && errors.Is(err, tt.notWant) {
+				t.Errorf("err = %v is also %v", err, tt.notWant)
 			}
 			for _, s := range append(tt.text, model) {
 				if !strings.Contains(err.Error(), s) {
@@ -691,5 +709,95 @@ func TestChatBodyCap(t *testing.T) {
 				t.Errorf("err = %v, want %v naming the bound", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestChatFailsFastWhileDown: once a call (a readiness check, another chat)
+// has found Ollama unreachable, a chat within DownFreshness tries once
+// instead of spending its retries; later, or without that knowledge, it
+// retries as before.
+func TestChatFailsFastWhileDown(t *testing.T) {
+	const backoff = 100 * time.Millisecond // 2 retries: 300 ms of backoff
+	tests := []struct {
+		name     string
+		check    bool          // a Check fails first
+		fresh    time.Duration // Options.DownFreshness
+		wait     time.Duration // between the Check and the Chat
+		attempts bool          // the chat retries
+	}{
+		{name: "nothing known: retried", attempts: true},
+		{name: "check failed just now: one attempt", check: true},
+		{name: "check failed long ago: retried", check: true, fresh: 20 * time.Millisecond, wait: 50 * time.Millisecond, attempts: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			host := refusedHost(t)
+			c := newClient(t, host, func(o *llm.Options) {
+				o.Retries = 2
+				o.Backoff = backoff
+				o.DownFreshness = tt.fresh
+			})
+			if tt.check {
+				if err := c.Check(context.Background()); !errors.Is(err, llm.ErrUnavailable) {
+					t.Fatalf("Check: %v, want ErrUnavailable", err)
+				}
+				time.Sleep(tt.wait)
+			}
+			start := time.Now()
+			_, err := c.Chat(context.Background(), ask("hi"), schema)
+			took := time.Since(start)
+			if !errors.Is(err, llm.ErrUnavailable) || !strings.Contains(err.Error(), "ollama serve") {
+				t.Fatalf("err = %v, want ErrUnavailable with the fix", err)
+			}
+			if retried := took >= 3*backoff; retried != tt.attempts {
+				t.Errorf("took %s (retried %v), want retried %v", took, retried, tt.attempts)
+			}
+		})
+	}
+}
+
+// TestReachabilityIsLogged: a server going from reachable to unreachable and
+// back is logged once each way; what a call finds first is not (the daemon
+// logs its own start-up check).
+func TestReachabilityIsLogged(t *testing.T) {
+	host := refusedHost(t)
+	var logs strings.Builder
+	c := newClient(t, host, func(o *llm.Options) {
+		o.Retries = 0
+		o.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	ctx := context.Background()
+	if c.Check(ctx) == nil {
+		t.Fatal("Check succeeded with nothing listening")
+	}
+	if _, err := c.Chat(ctx, ask("hi"), schema); err == nil {
+		t.Fatal("Chat succeeded with nothing listening")
+	}
+	if logs.Len() != 0 {
+		t.Errorf("the first finding was logged:\n%s", logs.String())
+	}
+
+	srv := ollamatest.NewAt(t, strings.TrimPrefix(host, "http://"), ollamatest.Reply{Content: "{}"}, ollamatest.Reply{Content: "{}"})
+	for range 2 {
+		if _, err := c.Chat(ctx, ask("hi"), schema); err != nil {
+			t.Fatalf("Chat once Ollama is up: %v", err)
+		}
+		if err := c.Check(ctx); err != nil {
+			t.Fatalf("Check once Ollama is up: %v", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "Ollama is reachable again"); n != 1 || !strings.Contains(logs.String(), host) {
+		t.Errorf("logged %d times that it is back, want once naming %s:\n%s", n, host, logs.String())
+	}
+
+	srv.Close()
+	logs.Reset()
+	for range 2 {
+		if c.Check(ctx) == nil {
+			t.Fatal("Check succeeded after Ollama stopped")
+		}
+	}
+	if n := strings.Count(logs.String(), "Ollama is unreachable"); n != 1 || !strings.Contains(logs.String(), "cannot reach Ollama at "+host) {
+		t.Errorf("logged %d times that it is gone, want once with the reason:\n%s", n, logs.String())
 	}
 }

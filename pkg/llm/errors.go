@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"syscall"
+	"time"
 
 	"github.com/ollama/ollama/api"
 )
@@ -28,6 +29,16 @@ var (
 	// stopped reading there. It is an ErrBadResponse: the server maps both to
 	// model_error.
 	ErrReplyTooLarge = fmt.Errorf("%w: reply too large", ErrBadResponse)
+	// ErrServerError means Ollama, or a proxy before it, answered with a
+	// server error status other than 503 (500 "llama runner process has
+	// terminated", 502, 504): the message quotes what it said. It is an
+	// ErrBadResponse: the server maps both to model_error.
+	ErrServerError = fmt.Errorf("%w: server error", ErrBadResponse)
+	// ErrTimeout means the model did not finish its reply within the call's
+	// timeout (Options.Timeout, MMCP_LLM_TIMEOUT), whether nothing came or
+	// the reply came too slowly: the server is there, but slower than the
+	// setting allows. It is not retried, and it is not ErrUnavailable.
+	ErrTimeout = errors.New("model timed out")
 )
 
 // llmError carries a message meant for a person while errors.Is still finds
@@ -36,6 +47,9 @@ type llmError struct {
 	msg   string
 	kind  error
 	cause error
+	// down: the server could not be reached at all (refused, no such host,
+	// no route), as opposed to answering badly or slowly.
+	down bool
 }
 
 func (e *llmError) Error() string { return e.msg }
@@ -67,6 +81,25 @@ func (c *Client) tooLarge(what string) error {
 	}
 }
 
+// timedOut is the error of a call that passed the client's timeout. It names
+// the setting, since raising it is the fix on a slow machine.
+func (c *Client) timedOut() error {
+	return &llmError{
+		msg: fmt.Sprintf("the model %q on Ollama at %s did not answer within %s (MMCP_LLM_TIMEOUT); a slow machine, or a model still loading, may need more",
+			c.model, c.host, seconds(c.timeout)),
+		kind: ErrTimeout,
+	}
+}
+
+// seconds writes a whole number of seconds as the settings are usually
+// written (120s, not 2m0s).
+func seconds(d time.Duration) string {
+	if d >= time.Second && d%time.Second == 0 {
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
 func (c *Client) ctxErr(ctx context.Context, op string) error {
 	return fmt.Errorf("%s for model %q on %s: %w", op, c.model, c.host, ctx.Err())
 }
@@ -78,13 +111,25 @@ func retryable(err error) bool {
 	if errors.As(err, &se) {
 		return se.StatusCode == http.StatusTooManyRequests || se.StatusCode == http.StatusServiceUnavailable
 	}
+	return refused(err)
+}
+
+// refused reports whether nothing listens where the server should be.
+func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// unreachable reports whether err says the server could not be reached.
+func unreachable(err error) bool {
+	var le *llmError
+	return errors.As(err, &le) && le.down
 }
 
 // explain turns an error of the api package into one a person can act on.
 func (c *Client) explain(op string, err error, attempts int) error {
-	if errors.Is(err, ErrBadResponse) {
-		return err
+	var done *llmError
+	if errors.As(err, &done) {
+		return err // already explained
 	}
 	tries := ""
 	if attempts > 1 {
@@ -107,8 +152,16 @@ func (c *Client) explain(op string, err error, attempts int) error {
 				cause: err,
 			}
 		}
+		var kind error
+		if se.StatusCode >= 500 {
+			// Ollama failed (the runner crashed, out of memory) or a proxy
+			// before it did: its words are the explanation, not a bug of
+			// ours.
+			kind = ErrServerError
+		}
 		return &llmError{
 			msg:   fmt.Sprintf("the %s for model %q to Ollama at %s failed: %s", op, c.model, c.host, statusText(se)),
+			kind:  kind,
 			cause: err,
 		}
 	}
@@ -120,24 +173,15 @@ func (c *Client) explain(op string, err error, attempts int) error {
 		}
 	}
 
+	// The call's own deadline is caught before this (pastDeadline): a transport
+	// error left here, a timeout included, is one of dialing.
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		if ue.Timeout() {
-			within := ""
-			if c.timeout > 0 {
-				within = " within " + c.timeout.String()
-			}
-			return &llmError{
-				msg: fmt.Sprintf("Ollama at %s did not answer the %s for model %q%s: the model may be too slow for this timeout, or still loading",
-					c.host, op, c.model, within),
-				kind:  ErrUnavailable,
-				cause: err,
-			}
-		}
 		return &llmError{
 			msg:   fmt.Sprintf("cannot reach Ollama at %s (%s)%s: is it running? Start it with \"ollama serve\" or fix the host setting", c.host, reason(ue), tries),
 			kind:  ErrUnavailable,
 			cause: err,
+			down:  true,
 		}
 	}
 

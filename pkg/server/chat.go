@@ -377,6 +377,7 @@ func (s *Server) unlock(id string) {
 // turnFailed maps a turn's error to a status and a code a client can act on.
 func turnError(err error) (status int, code string, retryable bool) {
 	var invalid *loop.InvalidReplyError
+	var overflow *loop.ContextOverflowError
 	switch {
 	case errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable, "shutting_down", true
@@ -384,10 +385,18 @@ func turnError(err error) (status int, code string, retryable bool) {
 		return http.StatusServiceUnavailable, "model_missing", false
 	case errors.Is(err, llm.ErrUnavailable):
 		return http.StatusServiceUnavailable, "model_unavailable", true
+	case errors.Is(err, llm.ErrTimeout):
+		// Retryable: a model still loading answers in time once loaded.
+		return http.StatusGatewayTimeout, "model_timeout", true
 	case errors.As(err, &invalid):
 		return http.StatusBadGateway, "invalid_model_reply", false
-	case errors.Is(err, llm.ErrBadResponse):
+	case errors.Is(err, llm.ErrBadResponse): // ErrServerError, ErrReplyTooLarge
 		return http.StatusBadGateway, "model_error", true
+	case errors.As(err, &overflow):
+		// The settings' fault, not the request's (its size has its own
+		// limit): the message says which to change; trying again cannot
+		// help.
+		return http.StatusInternalServerError, "context_overflow", false
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout", true
 	}
