@@ -112,8 +112,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer s.unlock(sess.ID)
+	s.log().InfoContext(ctx, "turn started", "session_id", sess.ID, "new_session", req.SessionID == "")
 	before := len(conv.Messages) + 1 // the user message lives in the turn's own row
-	out := s.output(w, r)
+	out := s.output(w, r, sess.ID)
 	res, runErr := s.Turns.Run(ctx, &conv, req.Message, out.event)
 	s.finish(w, r, out, sess.ID, turn, &conv, before, res, runErr)
 }
@@ -180,7 +181,8 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	out := s.output(w, r)
+	s.log().InfoContext(ctx, "turn resumed", "session_id", sess.ID, "approval_id", a.ID, "decision", req.Decision)
+	out := s.output(w, r, sess.ID)
 	before := len(conv.Messages)
 	res, runErr := s.Turns.Resume(ctx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, out.event)
 	s.finish(w, r, out, sess.ID, a.Turn, &conv, before, res, runErr)

@@ -206,6 +206,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		status, code, msg := s.openAITurnError(r, err)
 		s.log().WarnContext(ctx, "streamed completion failed", "code", code, "err", err)
+		noteFailure(r, code, msg)
 		st.send(OpenAIError{Error: OpenAIErrorDetail{Message: msg, Type: openAIErrorType(status), Code: code}})
 		st.done()
 		return
@@ -381,6 +382,7 @@ func openAIErrorType(status int) string {
 }
 
 func (s *Server) failOpenAI(w http.ResponseWriter, r *http.Request, status int, code, param, msg string) {
+	noteFailure(r, code, msg)
 	d := OpenAIErrorDetail{Message: msg, Type: openAIErrorType(status), Code: code}
 	if param != "" {
 		d.Param = &param

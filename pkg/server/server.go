@@ -182,17 +182,17 @@ func (s *Server) log() *slog.Logger {
 func (s *Server) traced(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := trace.New()
-		ctx := trace.With(r.Context(), id)
+		ctx, note := withNote(trace.With(r.Context(), id))
 		w.Header().Set("X-Trace-Id", id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(rec, r.WithContext(ctx))
-		s.log().LogAttrs(ctx, slog.LevelInfo, "http",
+		s.log().LogAttrs(ctx, slog.LevelInfo, "http", append([]slog.Attr{
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
 			slog.Int("status", rec.status),
 			slog.Duration("duration", time.Since(start)),
-		)
+		}, note.attrs()...)...)
 	})
 }
 
@@ -239,11 +239,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.Model.Check(ctx); err != nil {
-		code := "model_unavailable"
+		// The codes and retryability of a chat that meets the same: a
+		// missing model stays missing until someone pulls it.
+		code, retryable := "model_unavailable", true
 		if errors.Is(err, llm.ErrModelMissing) {
-			code = "model_missing"
+			code, retryable = "model_missing", false
 		}
-		s.fail(w, r, http.StatusServiceUnavailable, code, err.Error(), true)
+		s.fail(w, r, http.StatusServiceUnavailable, code, err.Error(), retryable)
 		return
 	}
 	ready := map[string]any{"status": "ready"}
@@ -254,8 +256,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // pluginWarnings lists what keeps a plugin or a tool from serving although
-// the daemon is ready: failed and standby plugins, refused tools (a name two
-// plugins declare is listed once).
+// the daemon is ready: failed, standby and unreachable plugins, refused tools
+// (a name two plugins declare is listed once).
 func (s *Server) pluginWarnings() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -265,6 +267,8 @@ func (s *Server) pluginWarnings() []string {
 			out = append(out, "plugin "+p.Name+" failed: "+p.Reason)
 		case plugins.StatusStandby:
 			out = append(out, "plugin "+p.Name+" is on standby: "+p.Reason)
+		case plugins.StatusUnreachable:
+			out = append(out, "plugin "+p.Name+" is unreachable: "+p.Reason)
 		}
 		for _, t := range p.Tools {
 			if why, ok := strings.CutPrefix(t.Disabled, "refused: "); ok && !seen[t.Name+why] {
@@ -358,6 +362,7 @@ type ErrorDetail struct {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, msg string, retryable bool) {
+	noteFailure(r, code, msg)
 	s.reply(w, status, ErrorBody{
 		Error:   ErrorDetail{Code: code, Message: msg, Retryable: retryable},
 		TraceID: trace.ID(r.Context()),

@@ -58,6 +58,8 @@ type options struct {
 	token  string
 	tools  loop.Tools
 	limits server.Limits
+	// model, when set, changes the model client's options.
+	model func(*llm.Options)
 	// configure, when set, finishes the wiring before the server starts.
 	configure func(*store.Store, *loop.Runner, *server.Server)
 }
@@ -65,7 +67,11 @@ type options struct {
 func startWith(t *testing.T, o options, script ...ollamatest.Reply) *env {
 	t.Helper()
 	fake := ollamatest.New(t, script...)
-	model, err := llm.New(llm.Options{Host: fake.URL, Model: "test-model", Retries: 1, Backoff: time.Millisecond})
+	mo := llm.Options{Host: fake.URL, Model: "test-model", Retries: 1, Backoff: time.Millisecond}
+	if o.model != nil {
+		o.model(&mo)
+	}
+	model, err := llm.New(mo)
 	if err != nil {
 		t.Fatal(err)
 	}

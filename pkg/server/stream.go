@@ -19,9 +19,28 @@ type output struct {
 	r   *http.Request
 	sse bool
 	rc  *http.ResponseController
+	// request is the loop's action_request, held back until the approval it
+	// asks for exists and has an id to answer.
+	request *loop.Event
 }
 
-func (s *Server) output(w http.ResponseWriter, r *http.Request) *output {
+// startEvent opens a stream: the ids a client needs before anything else.
+type startEvent struct {
+	Type      string `json:"type"`
+	TraceID   string `json:"trace_id"`
+	SessionID string `json:"session_id"`
+}
+
+// actionRequestEvent is the loop's action_request with what answering it
+// takes: the session and the approval, and the explanation shown beside it.
+type actionRequestEvent struct {
+	loop.Event
+	SessionID   string `json:"session_id"`
+	ApprovalID  string `json:"approval_id"`
+	Explanation string `json:"explanation"`
+}
+
+func (s *Server) output(w http.ResponseWriter, r *http.Request, session string) *output {
 	o := &output{s: s, w: w, r: r, sse: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	if o.sse {
 		o.rc = http.NewResponseController(w)
@@ -30,16 +49,25 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) *output {
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Accel-Buffering", "no") // proxies must not hold the stream back
 		w.WriteHeader(http.StatusOK)
-		o.send("start", map[string]string{"trace_id": trace.ID(r.Context())})
+		o.send("start", startEvent{Type: "start", TraceID: trace.ID(r.Context()), SessionID: session})
 	}
 	return o
 }
 
 // event streams one loop event; the JSON form has no use for them.
 func (o *output) event(e loop.Event) {
-	if o.sse {
-		o.send(string(e.Type), e)
+	if !o.sse {
+		return
 	}
+	switch e.Type {
+	case loop.EventError:
+		// The one error event is the server's, with its code (fail).
+		return
+	case loop.EventActionRequest:
+		o.request = &e // sent by done, with the approval's id
+		return
+	}
+	o.send(string(e.Type), e)
 }
 
 func (o *output) send(event string, v any) {
@@ -54,6 +82,10 @@ func (o *output) send(event string, v any) {
 
 func (o *output) done(resp ChatResponse) {
 	if o.sse {
+		if o.request != nil && resp.Type == TypeActionRequest {
+			o.send(string(loop.EventActionRequest), actionRequestEvent{Event: *o.request,
+				SessionID: resp.SessionID, ApprovalID: resp.ApprovalID, Explanation: resp.Explanation})
+		}
 		o.send("done", resp)
 		return
 	}
@@ -89,5 +121,6 @@ func (o *output) fail(status int, code, msg string, retryable bool) {
 		o.s.fail(o.w, o.r, status, code, msg, retryable)
 		return
 	}
+	noteFailure(o.r, code, msg)
 	o.send("error", ErrorBody{Error: ErrorDetail{Code: code, Message: msg, Retryable: retryable}, TraceID: trace.ID(o.r.Context())})
 }
