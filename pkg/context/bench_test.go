@@ -48,13 +48,13 @@ func BenchmarkWindow10k(b *testing.B) {
 		budget int
 	}{
 		{"budget_20000", 20_000},
-		{"keep_all", total + size(system)}, // the worst case: every message examined and copied
+		{"keep_all", 2 * (total + size(system))}, // the worst case: every message examined and copied
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var kept int
 			for b.Loop() {
-				w, err := Window(system, msgs, bc.budget, 4000)
+				w, err := Window(system, msgs, 0, Limits{Budget: bc.budget, MaxObservation: 4000})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -74,7 +74,7 @@ func TestBenchConversation(t *testing.T) {
 	for _, m := range msgs {
 		total += size(m.Content)
 	}
-	w, err := Window("s", msgs, total+1, 4000)
+	w, err := Window("s", msgs, 0, Limits{Budget: 2 * total, MaxObservation: 4000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package context
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -33,58 +34,58 @@ func fuzzConversation(data []byte) []Message {
 	return msgs
 }
 
-func isCall(m Message) bool { return m.Role == Assistant && m.Tool != "" }
-
 // FuzzWindow checks Window's promises on arbitrary conversations: the system
 // prompt first; the current turn (the newest user message and everything
 // after it) whole, or an OverflowError with the true sizes when it does not
-// fit with the system prompt; before it, a suffix of the older messages, in
-// order, that fits the budget left and is as long as fits; calls and
-// observations together; observations cut as Cut cuts them; the input
-// untouched.
+// fit with the system prompt and what comes after; before it, the older
+// messages from a turn boundary on, in order, within the budget; observations
+// cut as Cut cuts them; the input untouched. And what keeps Ollama's cache
+// warm: against the window of the call before (the conversation up to the
+// previous user message or observation), the start is the same, or that
+// start had passed the high mark and the new window is down to the low mark.
 func FuzzWindow(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 3, 0, 2, 3, 1}, "system", 100, 10)
-	f.Add([]byte{0x80, 0xfe, 0x7f, 3, 3, 2, 0}, "", 0, 0)
-	f.Add([]byte{2, 3, 2, 3, 2, 3}, "日本語", 50, 5)
-	f.Add([]byte{0, 2, 3, 1, 0, 2, 3, 2, 3}, "s", 60, 8)
-	f.Add([]byte{}, "s", -1, -1)
-	f.Fuzz(func(t *testing.T, data []byte, system string, budget, maxObs int) {
+	f.Add([]byte{0, 1, 2, 3, 0, 2, 3, 1}, "system", 100, 10, 0)
+	f.Add([]byte{0x80, 0xfe, 0x7f, 3, 3, 2, 0}, "", 0, 0, 0)
+	f.Add([]byte{2, 3, 2, 3, 2, 3}, "日本語", 50, 5, 3)
+	f.Add([]byte{0, 2, 3, 1, 0, 2, 3, 2, 3}, "s", 60, 8, 7)
+	f.Add([]byte{0, 0x7d, 0x7e, 0x7f, 0, 0x7d, 0x7e, 0x7f, 0, 0x7d, 0x7e, 0x7f, 0}, "sys", 200, 40, 0)
+	f.Add([]byte("7771"), "0", 118, 10, 0) // no user message: calls before any turn
+	f.Add([]byte{}, "s", -1, -1, -1)
+	f.Fuzz(func(t *testing.T, data []byte, system string, budget, maxObs, after int) {
 		if len(data) > 2000 {
 			return
 		}
 		budget %= 5000
 		maxObs %= 64
+		after = max(after%100, 0)
 		msgs := fuzzConversation(data)
 		before := make([]Message, len(msgs))
 		copy(before, msgs)
+		lim := Limits{Budget: budget, MaxObservation: maxObs}
 
-		out, err := Window(system, msgs, budget, maxObs)
+		out, err := Window(system, msgs, after, lim)
 
 		for i := range msgs {
 			if msgs[i] != before[i] {
 				t.Fatalf("input message %d changed", i)
 			}
 		}
-		newestUser := -1
-		for i := len(msgs) - 1; i >= 0; i-- {
-			if msgs[i].Role == User {
-				newestUser = i
-				break
-			}
-		}
-		// The current turn and what it costs.
-		turnFrom := len(msgs)
-		if newestUser >= 0 {
-			turnFrom = newestUser
-		}
-		sysSize := utf8.RuneCountInString(system)
-		turnSize := 0
-		for _, m := range msgs[turnFrom:] {
+		cut := func(m Message) Message {
 			if m.Role == Observation {
 				m.Content = Cut(m.Content, maxObs)
 			}
-			turnSize += utf8.RuneCountInString(m.Content)
+			return m
 		}
+		sizeOf := func(ms []Message) int {
+			n := 0
+			for _, m := range ms {
+				n += utf8.RuneCountInString(cut(m).Content)
+			}
+			return n
+		}
+		turnFrom := newestUser(msgs)
+		sysSize := utf8.RuneCountInString(system)
+		turnSize := sizeOf(msgs[turnFrom:]) + after
 		if sysSize+turnSize > budget {
 			var oe *OverflowError
 			if !errors.As(err, &oe) || *oe != (OverflowError{System: sysSize, Turn: turnSize, Budget: budget}) {
@@ -109,11 +110,7 @@ func FuzzWindow(f *testing.F) {
 			if i < 0 || i >= len(msgs) {
 				t.Fatalf("window message %q is not from the conversation", m.Content)
 			}
-			want := msgs[i]
-			if want.Role == Observation {
-				want.Content = Cut(want.Content, maxObs)
-			}
-			if m != want {
+			if want := cut(msgs[i]); m != want {
 				t.Fatalf("window message %d is %+v, want %+v", i, m, want)
 			}
 			if len(idx) > 0 && i <= idx[len(idx)-1] {
@@ -121,44 +118,71 @@ func FuzzWindow(f *testing.F) {
 			}
 			idx = append(idx, i)
 		}
-		// A suffix of the conversation that holds the whole current turn.
-		from := len(msgs)
-		if len(idx) > 0 {
-			from = idx[0]
-		}
-		if len(idx) != len(msgs)-from || from > turnFrom {
+		// A suffix of the conversation that holds the whole current turn
+		// and starts where a turn does.
+		from := len(msgs) - (len(out) - 1)
+		if len(idx) > 0 && (idx[0] != from || len(idx) != len(msgs)-from) || from > turnFrom {
 			t.Fatalf("kept %v is not a suffix holding the current turn from %d", idx, turnFrom)
 		}
-		// Calls and their observations together.
-		if from > 0 && from < len(msgs) && msgs[from].Role == Observation && isCall(msgs[from-1]) {
-			t.Fatalf("observation %d kept without its call", from)
+		// Before the first user message there is no turn: a call made there
+		// may have dropped everything it saw.
+		if from > 0 && from < len(msgs) && msgs[from].Role != User && newestUser(msgs[:from]) < from {
+			t.Fatalf("the window starts at message %d, a %s, not at a turn", from, msgs[from].Role)
 		}
-		// Within budget, counting cut sizes.
-		used := 0
-		for _, m := range out {
-			used += utf8.RuneCountInString(m.Content)
+		if used := sysSize + sizeOf(msgs[from:]) + after; used > budget {
+			t.Fatalf("window uses %d characters with what comes after, budget %d", used, budget)
 		}
-		if used > budget {
-			t.Fatalf("window uses %d characters, budget %d", used, budget)
+
+		// Against the previous call.
+		prev := previousCall(msgs)
+		if prev < 0 {
+			return
 		}
-		// As long as fits: the unit just before the suffix does not.
-		if start := from - 1; start >= 0 {
-			if start > 0 && msgs[start].Role == Observation && isCall(msgs[start-1]) {
-				start--
+		now, err1 := Window(system, msgs, 0, lim)
+		was, err2 := Window(system, msgs[:prev], 0, lim)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		start, wasStart := len(msgs)-(len(now)-1), prev-(len(was)-1)
+		high, low := budget*HighWater/100, budget*LowWater/100
+		switch {
+		case start < wasStart:
+			t.Fatalf("the start went back from %d to %d", wasStart, start)
+		case start == wasStart:
+			if !slices.Equal(now[:len(was)], was) {
+				t.Fatalf("same start %d, but the window does not begin with the previous one", start)
 			}
-			unit := 0
-			for j := start; j < from; j++ {
-				m := msgs[j]
-				if m.Role == Observation {
-					m.Content = Cut(m.Content, maxObs)
-				}
-				unit += utf8.RuneCountInString(m.Content)
-			}
-			if unit <= budget-used {
-				t.Fatalf("messages %d..%d (%d characters) were dropped though %d were left", start, from-1, unit, budget-used)
-			}
+		case sysSize+sizeOf(msgs[wasStart:]) <= high:
+			t.Fatalf("the start moved from %d to %d though the prompt kept it was %d, not past the high mark %d",
+				wasStart, start, sysSize+sizeOf(msgs[wasStart:]), high)
+		case start != turnFrom && sysSize+sizeOf(msgs[start:]) > low:
+			t.Fatalf("the start moved from %d to %d, and the prompt is %d, over the low mark %d",
+				wasStart, start, sysSize+sizeOf(msgs[start:]), low)
 		}
 	})
+}
+
+// newestUser is where the current turn starts: the newest user message, or
+// the end when there is none.
+func newestUser(msgs []Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == User {
+			return i
+		}
+	}
+	return len(msgs)
+}
+
+// previousCall is the length of the conversation at the model call before
+// the one for all of msgs: up to the newest user message or observation
+// before the last message; -1 if there is none.
+func previousCall(msgs []Message) int {
+	for i := len(msgs) - 1; i > 0; i-- {
+		if r := msgs[i-1].Role; r == User || r == Observation {
+			return i
+		}
+	}
+	return -1
 }
 
 // FuzzCut checks Cut against its definition.

@@ -6,12 +6,13 @@ import (
 )
 
 // OverflowError says that the system prompt and the current turn (the newest
-// user message and every call and observation after it) do not fit the
-// budget. The window would have to cut the turn itself, and the model would
-// decide without its own tool results: nothing is sent instead.
+// user message, every call and observation after it, and what the caller
+// sends after them) do not fit the budget. The window would have to cut the
+// turn itself, and the model would decide without its own tool results:
+// nothing is sent instead.
 type OverflowError struct {
 	System int // characters of the system prompt
-	Turn   int // characters of the current turn, observations at their cut size
+	Turn   int // characters of the current turn, observations at their cut size, and what comes after
 	Budget int // the character budget
 }
 
@@ -20,67 +21,126 @@ func (e *OverflowError) Error() string {
 		e.System, e.Turn, e.Budget)
 }
 
+// Limits bound a window.
+type Limits struct {
+	// Budget is the most characters the prompt may take: the system
+	// prompt, the messages, and what the caller sends after them.
+	Budget int
+	// MaxObservation cuts a longer observation to that many characters,
+	// with a marker; 0 or less cuts nothing.
+	MaxObservation int
+}
+
+// The marks between which the window's start stays put, in percent of the
+// budget. Ollama reuses the longest prefix a prompt shares with the one
+// before; a window that dropped its oldest message whenever a new one came
+// would change that prefix at every turn once full. Past HighWater, whole
+// turns go at once down to LowWater, and the start then stays while the
+// prompt grows back: the prefix moves once every few turns. HighWater also
+// leaves room for what the caller sends after the window.
+const (
+	HighWater = 90
+	LowWater  = 70
+)
+
 // Window returns the messages the model sees for conversation msgs: the system
-// prompt first, then the newest messages that fit in budget characters, in
-// order. Sizes count characters (runes) of message contents, the system prompt
-// included.
+// prompt first, then the conversation from the start of some turn on, in
+// order. after is the size of what the caller sends after them (the live
+// context, corrections), which counts against the budget with the current
+// turn. Sizes count characters (runes) of message contents.
 //
 // What always survives: the system prompt and the current turn, the newest
-// user message and every message after it; when those alone exceed the
-// budget, Window returns an *OverflowError and no messages. What goes first:
-// the oldest messages of earlier turns. An assistant tool call and its
-// observation are kept or dropped together, so the model never sees a result
-// without the call that asked for it. An observation longer than
-// maxObservation characters (when > 0) is cut, with a marker that says how
-// much; the stored conversation is never changed.
-func Window(system string, msgs []Message, budget, maxObservation int) ([]Message, error) {
-	// The current turn starts at the newest user message; with none there is
-	// no turn to keep whole, only history to trim.
-	from := len(msgs)
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == User {
-			from = i
-			break
-		}
-	}
+// user message and every message after it; when those and after alone exceed
+// the budget, Window returns an *OverflowError and no messages. What goes
+// first: the oldest turns, whole, in large steps (see HighWater) at points
+// that depend on the conversation alone, so the same conversation is always
+// cut the same way. An observation longer than MaxObservation is cut, with a
+// marker that says how much; the stored conversation is never changed.
+func Window(system string, msgs []Message, after int, l Limits) ([]Message, error) {
 	sys := utf8.RuneCountInString(system)
-	turn := 0
-	for _, m := range msgs[from:] {
-		turn += sizeOf(m, maxObservation)
+	// at[i] is the size of msgs[:i], observations at their cut size.
+	at := make([]int, len(msgs)+1)
+	for i, m := range msgs {
+		at[i+1] = at[i] + sizeOf(m, l.MaxObservation)
 	}
-	if sys+turn > budget {
-		return nil, &OverflowError{System: sys, Turn: turn, Budget: budget}
+	end := len(msgs)
+	cur := turnStart(msgs, end)
+	turn := at[end] - at[cur] + after
+	if sys+turn > l.Budget {
+		return nil, &OverflowError{System: sys, Turn: turn, Budget: l.Budget}
 	}
-	left := budget - sys - turn
-
-	// Walk back through earlier turns one unit at a time (a unit is a lone
-	// message, or a tool call with its observation) until one does not fit.
-	for i := from - 1; i >= 0; {
-		start := i
-		if msgs[i].Role == Observation && i > 0 && msgs[i-1].Role == Assistant && msgs[i-1].Tool != "" {
-			start = i - 1
-		}
-		size := 0
-		for j := start; j <= i; j++ {
-			size += sizeOf(msgs[j], maxObservation)
-		}
-		if size > left {
-			break
-		}
-		left -= size
-		from = start
-		i = start - 1
+	from := stableStart(msgs, at, sys, l.Budget)
+	// What this call sends after the window may not fit where the stable
+	// start leaves room: more turns go, for this call only.
+	for sys+at[end]-at[from]+after > l.Budget {
+		from = nextTurn(msgs, from, cur)
 	}
 
-	out := make([]Message, 0, len(msgs)-from+1)
+	out := make([]Message, 0, end-from+1)
 	out = append(out, Message{Role: System, Content: system})
 	for _, m := range msgs[from:] {
 		if m.Role == Observation {
-			m.Content = Cut(m.Content, maxObservation)
+			m.Content = Cut(m.Content, l.MaxObservation)
 		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// stableStart is where the history starts for the whole conversation. It
+// replays the model calls the conversation has seen, one after each user
+// message and each observation, and the one for the whole of it: at each,
+// when the prompt from the start so far passes the high mark, turns go,
+// oldest first, until it is down to the low mark or only that call's turn is
+// left. Each call's start is thus the previous call's unless that one's
+// passed the high mark.
+func stableStart(msgs []Message, at []int, sys, budget int) int {
+	high := budget*HighWater/100 - sys
+	low := budget*LowWater/100 - sys
+	from, newest := 0, -1
+	for end := 1; end <= len(msgs); end++ {
+		role := msgs[end-1].Role
+		if role == User {
+			newest = end - 1
+		}
+		if end < len(msgs) && role != User && role != Observation {
+			continue // no call was made here: the model's own message
+		}
+		cur := end // with no user message yet, everything is history
+		if newest >= 0 {
+			cur = newest
+		}
+		if at[end]-at[from] <= high {
+			continue
+		}
+		for from < cur && at[end]-at[from] > low {
+			from = nextTurn(msgs, from, cur)
+		}
+	}
+	return from
+}
+
+// turnStart is where the turn current at end starts: its newest user message,
+// or end when there is none (no turn to keep whole, only history).
+func turnStart(msgs []Message, end int) int {
+	for i := end - 1; i >= 0; i-- {
+		if msgs[i].Role == User {
+			return i
+		}
+	}
+	return end
+}
+
+// nextTurn is the start of the turn after the one holding from, or limit if
+// that comes first: the history is cut at user messages only, so a call and
+// its observation, and an answer and its question, go together.
+func nextTurn(msgs []Message, from, limit int) int {
+	for i := from + 1; i < limit; i++ {
+		if msgs[i].Role == User {
+			return i
+		}
+	}
+	return limit
 }
 
 func sizeOf(m Message, maxObservation int) int {

@@ -333,7 +333,7 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 // exact problems at most MaxRetries times. The failed attempts and the
 // corrections live only here: once the model gets it right they are gone.
 func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string, final bool) (schema.Decision, int, time.Duration, error) {
-	msgs, err := convo.Window(system, t.conv.Messages, t.Config.MaxContextChars, t.Config.MaxOutputChars)
+	msgs, err := convo.Window(system, t.conv.Messages, 0, convo.Limits{Budget: t.Config.MaxContextChars, MaxObservation: t.Config.MaxOutputChars})
 	if err != nil {
 		var oe *convo.OverflowError
 		if errors.As(err, &oe) {
