@@ -78,6 +78,10 @@ type Server struct {
 	requests []api.ChatRequest
 	sent     []Response      // one per request, same index
 	models   map[string]bool // nil: every model name is known
+
+	cost    *Cost               // nil: replies cost nothing (see SetCost)
+	prompts map[string][]string // per model, the previous prompt's messages as rendered
+	costs   []CallCost          // one per call under the cost model
 }
 
 // New starts a fake Ollama that answers /api/chat with script, in order. It is
@@ -275,6 +279,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if reply.NotDone {
 		final.DoneReason = ""
+	}
+
+	if c, ok := s.costModel(); ok && reply.Repeat == 0 && reply.Drip == 0 {
+		cw.complete = s.serveCost(cw, r, req, reply, final, c)
+		return
 	}
 
 	if reply.Repeat > 0 {
