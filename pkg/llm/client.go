@@ -63,6 +63,10 @@ type Options struct {
 	Retries     int           // how many times to retry 429, 503 and refused connections
 	Backoff     time.Duration // first backoff delay, doubled each retry; 0 means 1s
 	KeepAlive   time.Duration // how long Ollama keeps the model loaded; 0 means Ollama's default
+	// ReplyReserve is how many tokens of num_ctx PromptBudget keeps free for
+	// the reply; 0 means DefaultReplyReserve, or a quarter of num_ctx if
+	// that is less.
+	ReplyReserve int
 	// DownFreshness is how long a server found unreachable is taken as
 	// still down: a chat then tries once, without retries. 0 means
 	// DefaultDownFreshness.
@@ -83,8 +87,12 @@ type Client struct {
 	backoff     time.Duration
 	keepAlive   time.Duration
 	downFresh   time.Duration
-	log         *slog.Logger
-	reach       reachability
+	// replyReserve tokens of numCtx are left for the reply; ratio learns
+	// how many characters make a token of the rest (see PromptBudget).
+	replyReserve int
+	ratio        *ratio
+	log          *slog.Logger
+	reach        reachability
 }
 
 // New checks the options and builds a Client. It does not contact the
@@ -110,6 +118,8 @@ func New(o Options) (*Client, error) {
 		return nil, fmt.Errorf("llm: backoff must not be negative, got %s", o.Backoff)
 	case o.DownFreshness < 0:
 		return nil, fmt.Errorf("llm: down freshness must not be negative, got %s", o.DownFreshness)
+	case o.ReplyReserve < 0:
+		return nil, fmt.Errorf("llm: reply reserve must not be negative, got %d", o.ReplyReserve)
 	}
 	c := &Client{
 		// A client of our own, for its transport. The timeout is each call's
@@ -127,6 +137,7 @@ func New(o Options) (*Client, error) {
 		keepAlive:   o.KeepAlive,
 		downFresh:   o.DownFreshness,
 		log:         o.Log,
+		ratio:       newRatio(),
 	}
 	if c.downFresh == 0 {
 		c.downFresh = DefaultDownFreshness
@@ -136,6 +147,13 @@ func New(o Options) (*Client, error) {
 	}
 	if c.numCtx == 0 {
 		c.numCtx = DefaultNumCtx
+	}
+	c.replyReserve = o.ReplyReserve
+	if c.replyReserve == 0 {
+		c.replyReserve = min(DefaultReplyReserve, c.numCtx/4)
+	}
+	if c.replyReserve >= c.numCtx {
+		return nil, fmt.Errorf("llm: reply reserve %d leaves nothing of num_ctx %d for the prompt", c.replyReserve, c.numCtx)
 	}
 	if c.backoff == 0 {
 		c.backoff = time.Second
@@ -153,6 +171,11 @@ func (c *Client) Host() string { return c.host }
 type Reply struct {
 	Content string // the assistant message; may be empty
 	Usage   Usage
+	// Truncated means the reply stopped at the end of the model's context
+	// (done_reason "length"): the request turns context shifting off, so a
+	// reply that fills num_ctx ends there, cut, instead of going on past
+	// a context Ollama quietly shortened from the front.
+	Truncated bool
 }
 
 // Usage counts what model calls cost.
@@ -180,8 +203,15 @@ func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.Raw
 	if err != nil {
 		return Reply{}, err
 	}
+	total, fresh := c.ratio.sent(msgs)
 	reply, err := c.chat(ctx, req)
 	c.observe(err)
+	switch {
+	case err == nil:
+		c.ratio.learn(fresh, reply.Usage.PromptTokens)
+	case errors.Is(err, ErrContextTooLong):
+		c.ratio.refused(total, c.numCtx)
+	}
 	return reply, err
 }
 
@@ -256,10 +286,18 @@ func (c *Client) request(msgs []convo.Message, format json.RawMessage) (*api.Cha
 		out[i] = api.Message{Role: role, Content: m.Content}
 	}
 	stream := false // a nil Stream means streaming
+	// Ollama's defaults cut silently: truncate drops the oldest messages
+	// of a prompt longer than num_ctx, shift drops the start of the
+	// context when a reply reaches its end. Off, the first is an error
+	// (ErrContextTooLong) and the second a reply cut at done_reason
+	// "length" (Reply.Truncated): the window stays the only thing that cuts.
+	no := false
 	req := &api.ChatRequest{
 		Model:    c.model,
 		Messages: out,
 		Stream:   &stream,
+		Truncate: &no,
+		Shift:    &no,
 		Options: map[string]any{
 			"temperature": c.temperature,
 			"num_ctx":     c.numCtx,
@@ -342,7 +380,8 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 		return Reply{}, c.badResponse("an incomplete response (no final message with done=true)")
 	}
 	return Reply{
-		Content: content.String(),
+		Content:   content.String(),
+		Truncated: final.DoneReason == "length",
 		Usage: Usage{
 			Calls:            1,
 			PromptTokens:     final.PromptEvalCount,

@@ -80,6 +80,8 @@ func TestNew(t *testing.T) {
 		{"no model", llm.Options{Host: "http://127.0.0.1:11434", Model: "  "}, "no model"},
 		{"negative retries", llm.Options{Host: "http://127.0.0.1:11434", Model: model, Retries: -1}, "retries"},
 		{"negative num_ctx", llm.Options{Host: "http://127.0.0.1:11434", Model: model, NumCtx: -1}, "num_ctx"},
+		{"negative reply reserve", llm.Options{Host: "http://127.0.0.1:11434", Model: model, ReplyReserve: -1}, "reply reserve"},
+		{"reply reserve of the whole context", llm.Options{Host: "http://127.0.0.1:11434", Model: model, NumCtx: 1024, ReplyReserve: 1024}, "leaves nothing of num_ctx 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,10 @@ var (
 	// the reply came too slowly: the server is there, but slower than the
 	// setting allows. It is not retried, and it is not ErrUnavailable.
 	ErrTimeout = errors.New("model timed out")
+	// ErrContextTooLong means Ollama refused the prompt as longer than the
+	// model's context (num_ctx): the client asks it never to cut a prompt
+	// itself. A smaller window may fit; the same prompt never will.
+	ErrContextTooLong = errors.New("prompt longer than the model's context")
 )
 
 // llmError carries a message meant for a person while errors.Is still finds
@@ -114,6 +119,14 @@ func retryable(err error) bool {
 	return refused(err)
 }
 
+// tooLong reports whether Ollama's words for a 400 say the prompt is longer
+// than the context: "the input length exceeds the context length" from its
+// runners, "input exceeds maximum context length" elsewhere.
+func tooLong(msg string) bool {
+	msg = strings.ToLower(msg)
+	return strings.Contains(msg, "exceeds") && strings.Contains(msg, "context length")
+}
+
 // refused reports whether nothing listens where the server should be.
 func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
@@ -144,6 +157,15 @@ func (c *Client) explain(op string, err error, attempts int) error {
 				msg:   fmt.Sprintf("model %q is not available on %s: run \"ollama pull %s\"", c.model, c.host, c.model),
 				kind:  ErrModelMissing,
 				cause: err,
+			}
+		case http.StatusBadRequest:
+			if tooLong(se.ErrorMessage) {
+				return &llmError{
+					msg: fmt.Sprintf("Ollama at %s refused the %s for model %q: the prompt is longer than the model's context (num_ctx %d tokens, MMCP_OLLAMA_NUM_CTX): %s",
+						c.host, op, c.model, c.numCtx, se.ErrorMessage),
+					kind:  ErrContextTooLong,
+					cause: err,
+				}
 			}
 		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 			return &llmError{
