@@ -40,13 +40,13 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 
 	sdk.Tool(p, "jellyfin_search",
 		"Search the Jellyfin library for films, series, episodes or music albums by name: whether each is in the library and whether it was watched",
-		bind(jf, err, (*jellyfin).search))
+		sdk.Method(jf, err, (*jellyfin).search))
 	sdk.Tool(p, "jellyfin_latest",
 		"What was added to the Jellyfin library most recently: films, series with new episodes and albums with the date each was added",
-		bind(jf, err, (*jellyfin).latest))
+		sdk.Method(jf, err, (*jellyfin).latest))
 	sdk.Tool(p, "jellyfin_now_playing",
 		"Who is playing what on Jellyfin right now: user, title, device, progress and whether it is paused",
-		bind(jf, err, (*jellyfin).nowPlaying))
+		sdk.Method(jf, err, (*jellyfin).nowPlaying))
 	p.Context("now_playing", "Who is watching what on Jellyfin",
 		func(ctx context.Context) (string, error) {
 			if err != nil {
@@ -61,16 +61,4 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 		return jf.health(ctx)
 	})
 	return p
-}
-
-// bind turns a method of the client into a tool function that first reports
-// a setting problem, if there was one.
-func bind[A, R any](jf *jellyfin, setupErr error, fn func(*jellyfin, context.Context, A) (R, error)) func(context.Context, A) (R, error) {
-	return func(ctx context.Context, a A) (R, error) {
-		if setupErr != nil {
-			var zero R
-			return zero, setupErr
-		}
-		return fn(jf, ctx, a)
-	}
 }

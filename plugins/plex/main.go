@@ -4,10 +4,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
@@ -43,16 +40,16 @@ func newPlugin(timeout time.Duration, zone *time.Location) *sdk.Plugin {
 
 	sdk.Tool(p, "plex_search",
 		"Search the Plex libraries for films, shows, episodes or music by title: whether each is on Plex, in which library, and whether it was watched",
-		bind(px, err, (*plex).search))
+		sdk.Method(px, err, (*plex).search))
 	sdk.Tool(p, "plex_recently_added",
 		"What was added to Plex most recently: films, seasons with new episodes and albums, with the library and the date each was added",
-		bind(px, err, (*plex).recentlyAdded))
+		sdk.Method(px, err, (*plex).recentlyAdded))
 	sdk.Tool(p, "plex_on_deck",
 		"Plex's On Deck (continue watching): films and episodes begun but not finished, and the next episode of shows being watched",
-		bind(px, err, (*plex).onDeck))
+		sdk.Method(px, err, (*plex).onDeck))
 	sdk.Tool(p, "plex_now_playing",
 		"Who is playing what on Plex right now: user, title, player, progress, whether it is paused, and whether the server transcodes it",
-		bind(px, err, (*plex).nowPlaying))
+		sdk.Method(px, err, (*plex).nowPlaying))
 	p.Context("now_playing", "Who is watching what on Plex",
 		func(ctx context.Context) (string, error) {
 			if err != nil {
@@ -67,31 +64,4 @@ func newPlugin(timeout time.Duration, zone *time.Location) *sdk.Plugin {
 		return px.health(ctx)
 	})
 	return p
-}
-
-// bind turns a method of the client into a tool function that first reports
-// a setting problem, if there was one, and encodes the result for the model.
-func bind[A, R any](px *plex, setupErr error, fn func(*plex, context.Context, A) (R, error)) func(context.Context, A) (json.RawMessage, error) {
-	return func(ctx context.Context, a A) (json.RawMessage, error) {
-		if setupErr != nil {
-			return nil, setupErr
-		}
-		r, err := fn(px, ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return marshal(r)
-	}
-}
-
-// marshal encodes a result without HTML escaping: the model should read
-// "Law & Order", not "Law \u0026 Order".
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encoding the result: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -4,10 +4,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
@@ -42,14 +39,14 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 
 	sdk.Tool(p, "seerr_search",
 		"Search Jellyseerr/Overseerr for films and series by title: their TMDB ids and whether each is available, being processed, pending approval or not requested yet",
-		bind(s, err, (*seerr).search))
+		sdk.Method(s, err, (*seerr).search))
 	// It starts a download of a whole film or series, as radarr_add does.
 	sdk.Tool(p, "seerr_request",
 		"Request a film or a series (all its seasons or some) on Jellyseerr/Overseerr by its TMDB id (from seerr_search)",
-		bind(s, err, (*seerr).request), sdk.NeedsApproval())
+		sdk.Method(s, err, (*seerr).request), sdk.NeedsApproval())
 	sdk.Tool(p, "seerr_requests",
 		"The requests on Jellyseerr/Overseerr, newest first: what was asked for, by whom and when, and whether it is pending, approved or available",
-		bind(s, err, (*seerr).requests))
+		sdk.Method(s, err, (*seerr).requests))
 	p.Health(func(ctx context.Context) error {
 		if err != nil {
 			return err
@@ -57,31 +54,4 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 		return s.health(ctx)
 	})
 	return p
-}
-
-// bind turns a method of the client into a tool function that first reports
-// a setting problem, if there was one, and encodes the result for the model.
-func bind[A, R any](s *seerr, setupErr error, fn func(*seerr, context.Context, A) (R, error)) func(context.Context, A) (json.RawMessage, error) {
-	return func(ctx context.Context, a A) (json.RawMessage, error) {
-		if setupErr != nil {
-			return nil, setupErr
-		}
-		r, err := fn(s, ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return marshal(r)
-	}
-}
-
-// marshal encodes a result without HTML escaping: the model should read
-// "Law & Order", not "Law \u0026 Order".
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encoding the result: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -3,10 +3,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
@@ -42,13 +39,13 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 
 	sdk.Tool(p, "tmdb_search",
 		"Search TMDB (The Movie Database) for a film or TV show by title: the top matches with their TMDB ids, years, short overviews and ratings",
-		bind(api, err, (*tmdb).search))
+		sdk.Method(api, err, (*tmdb).search))
 	sdk.Tool(p, "tmdb_details",
 		"Details of one film or TV show by its TMDB id: runtime or seasons, genres, main cast, release dates (theatrical, digital, physical such as Blu-ray) or air dates, and links to TMDB and IMDb",
-		bind(api, err, (*tmdb).details))
+		sdk.Method(api, err, (*tmdb).details))
 	sdk.Tool(p, "tmdb_trending",
 		"What is trending on TMDB today or this week: films, TV shows or both",
-		bind(api, err, (*tmdb).trending))
+		sdk.Method(api, err, (*tmdb).trending))
 	p.Health(func(ctx context.Context) error {
 		if err != nil {
 			return err
@@ -56,31 +53,4 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 		return api.health(ctx)
 	})
 	return p
-}
-
-// bind turns a method of the API into a tool function that first reports a
-// setting problem, if there was one.
-func bind[A, R any](api *tmdb, setupErr error, fn func(*tmdb, context.Context, A) (R, error)) func(context.Context, A) (json.RawMessage, error) {
-	return func(ctx context.Context, a A) (json.RawMessage, error) {
-		if setupErr != nil {
-			return nil, setupErr
-		}
-		r, err := fn(api, ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return marshal(r)
-	}
-}
-
-// marshal encodes a result without HTML escaping: the model should read
-// "Law & Order", not "Law \u0026 Order".
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encoding the result: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -183,11 +183,29 @@ func encodeResult(r any) ([]byte, error) {
 	case json.RawMessage:
 		return v, nil
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
+	// Without HTML escaping: the model should read "Law & Order", not
+	// "Law \u0026 Order".
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
 		return nil, fmt.Errorf("result cannot be encoded as JSON: %w", err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Method adapts a method of a plugin's client into a tool function. A
+// service plugin builds its client from its settings once; when they cannot
+// work, setupErr is what every call answers (the plugin is on standby too),
+// and the method is never called.
+func Method[C, A, R any](client C, setupErr error, fn func(C, context.Context, A) (R, error)) func(context.Context, A) (R, error) {
+	return func(ctx context.Context, a A) (R, error) {
+		if setupErr != nil {
+			var zero R
+			return zero, setupErr
+		}
+		return fn(client, ctx, a)
+	}
 }
 
 // RawTool declares a tool by its JSON Schema, for bridges and generated tools
