@@ -80,6 +80,7 @@ type Runner struct {
 	Events Observer
 
 	unions schema.Cache
+	seen   seenTools // the tools the system prompt documents (see prompt.go)
 }
 
 // Result is what a turn produced.
@@ -136,22 +137,39 @@ func (e *InvalidReplyError) Error() string {
 }
 
 // ContextOverflowError is returned when the system prompt (identity, rules,
-// the tool catalogue) and the current turn (the user's message and every call
-// and result so far) do not fit MaxContextChars. Nothing shorter is sent
-// instead: the window may drop earlier turns, but a prompt without this
-// turn's own results would have the model decide blind.
+// the tool catalogue) and the current turn (the user's message, every call
+// and result so far, the tail and any correction) do not fit the budget:
+// MaxContextChars, or less where the model's context holds less. Nothing
+// shorter is sent instead: the window may drop earlier turns, but a prompt
+// without this turn's own results would have the model decide blind.
 type ContextOverflowError struct {
 	Step   int
 	System int // characters of the system prompt
-	Turn   int // characters of the user's message and this turn's steps, results at their cut size
-	Budget int // MaxContextChars
+	Turn   int // characters of this turn as sent, results at their cut size
+	Budget int // characters the prompt may take
+	// Limit says what Budget is when it is not MaxContextChars: what fits
+	// the model's context (see Budgeted), or 70% of a prompt Ollama refused.
+	Limit string
+	// Cause is Ollama's refusal (llm.ErrContextTooLong) of a prompt within
+	// Budget, already 70% of one it refused before.
+	Cause error
 }
 
 func (e *ContextOverflowError) Error() string {
+	const fix = "raise MMCP_OLLAMA_NUM_CTX, remove tools, or lower MMCP_TOOL_MAX_OUTPUT_CHARS"
+	switch {
+	case e.Cause != nil:
+		return fmt.Sprintf("step %d: Ollama refused the prompt (system %d chars + this turn %d chars) as longer than the model's context, even cut to %d chars: %v; %s",
+			e.Step, e.System, e.Turn, e.Budget, e.Cause, fix)
+	case e.Limit != "":
+		return fmt.Sprintf("step %d: the prompt (system %d chars + this turn %d chars) exceeds %s; %s", e.Step, e.System, e.Turn, e.Limit, fix)
+	}
 	return fmt.Sprintf("step %d: the prompt (system %d chars + this turn %d chars) exceeds MMCP_LLM_MAX_CONTEXT_CHARS=%d; "+
 		"raise it (and MMCP_OLLAMA_NUM_CTX with it), remove tools, or lower MMCP_TOOL_MAX_OUTPUT_CHARS",
 		e.Step, e.System, e.Turn, e.Budget)
 }
+
+func (e *ContextOverflowError) Unwrap() error { return e.Cause }
 
 // Run runs one turn: message is the user's, conv the conversation so far. conv
 // grows by the user message, each step's decision and observation, and the
@@ -260,24 +278,11 @@ func (t *turn) result(err error) (*Result, error) {
 func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	start := time.Now()
 	t.emit(Event{Type: EventStepStart, Step: n})
-	var tools []schema.Tool
-	var disabled []Tool
-	if !final {
-		tools, disabled = t.available()
-	}
-	u, err := t.unions.Union(tools)
+	p, err := t.prompt(final)
 	if err != nil {
-		return false, fmt.Errorf("step %d: building the reply schema: %w", n, err)
+		return false, fmt.Errorf("step %d: %w", n, err)
 	}
-	var approval []string
-	for _, tl := range tools {
-		if t.approval[tl.Name] {
-			approval = append(approval, tl.Name)
-		}
-	}
-	system := systemPrompt(u, disabled, approval, t.runtime, final, t.Config.MaxSteps)
-
-	d, retries, modelTime, err := t.decide(ctx, n, u, system, final)
+	d, retries, modelTime, err := t.decide(ctx, n, p)
 	if err != nil {
 		return false, err
 	}
@@ -332,32 +337,22 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 // decide calls the model until it gives a valid decision, re-asking with the
 // exact problems at most MaxRetries times. The failed attempts and the
 // corrections live only here: once the model gets it right they are gone.
-func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string, final bool) (schema.Decision, int, time.Duration, error) {
-	msgs, err := convo.Window(system, t.conv.Messages, 0, convo.Limits{Budget: t.Config.MaxContextChars, MaxObservation: t.Config.MaxOutputChars})
-	if err != nil {
-		var oe *convo.OverflowError
-		if errors.As(err, &oe) {
-			return schema.Decision{}, 0, 0, t.overflow(ctx, n, oe)
-		}
-		return schema.Decision{}, 0, 0, fmt.Errorf("step %d: building the prompt: %w", n, err)
-	}
-	if final {
-		msgs = append(msgs, convo.Message{Role: convo.User, Content: finalNudge})
-	}
+func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, int, time.Duration, error) {
+	var extra []convo.Message // this step's failed attempts and corrections
 	var modelTime time.Duration
 	for attempt := 0; ; attempt++ {
 		callStart := time.Now()
-		reply, err := t.Model.Chat(ctx, msgs, u.Format())
+		reply, err := t.ask(ctx, n, p, extra)
 		modelTime += time.Since(callStart)
 		if err != nil {
-			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: model call: %w", n, err)
+			return schema.Decision{}, attempt, modelTime, err
 		}
 		t.res.Usage.Add(reply.Usage)
 		took := time.Since(callStart)
 
 		// Decoded before the event, so that the event says what the model
 		// decided (nothing, when the reply is invalid).
-		d, err := decodeSafely(u, reply.Content)
+		d, err := decodeSafely(p.union, reply.Content)
 		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Duration: took, Usage: &reply.Usage})
 		if err == nil {
 			return d, attempt, modelTime, nil
@@ -366,28 +361,68 @@ func (t *turn) decide(ctx context.Context, n int, u *schema.Union, system string
 		if !errors.As(err, &re) {
 			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: decoding reply: %w", n, err)
 		}
+		if reply.Truncated {
+			// The context ended the reply, not the model: told only that
+			// its JSON is incomplete, it would write as much again.
+			cut := fmt.Sprintf("reply: cut off at the end of the model's context after %d tokens; send a shorter reply", reply.Usage.CompletionTokens)
+			re = &schema.ReplyError{Problems: append([]string{cut}, re.Problems...)}
+		}
 		t.emit(Event{Type: EventValidationError, Step: n, Attempt: attempt, Problems: re.Problems})
 		if attempt >= t.Config.MaxRetries {
 			return schema.Decision{}, attempt, modelTime, &InvalidReplyError{Step: n, Attempts: attempt + 1, Last: re}
 		}
-		msgs = append(msgs,
+		extra = append(extra,
 			convo.Message{Role: convo.Assistant, Content: convo.Cut(reply.Content, maxEcho)},
 			convo.Message{Role: convo.User, Content: correction(re)},
 		)
 	}
 }
 
+// ask sends the step's prompt with extra after it. The window counts
+// characters and Ollama tokens: when Ollama refuses the prompt as longer than
+// the model's context, the budget becomes shrinkPercent of what was sent, for
+// the rest of the step, and the call is made once more.
+func (t *turn) ask(ctx context.Context, n int, p *prompt, extra []convo.Message) (llm.Reply, error) {
+	for {
+		msgs, err := t.window(p, extra)
+		var oe *convo.OverflowError
+		switch {
+		case errors.As(err, &oe):
+			return llm.Reply{}, t.overflow(ctx, &ContextOverflowError{Step: n, System: oe.System, Turn: oe.Turn, Budget: oe.Budget, Limit: p.limit})
+		case err != nil:
+			return llm.Reply{}, fmt.Errorf("step %d: building the prompt: %w", n, err)
+		}
+		reply, err := t.Model.Chat(ctx, msgs, p.union.Format())
+		switch {
+		case err == nil:
+			return reply, nil
+		case !errors.Is(err, llm.ErrContextTooLong):
+			return llm.Reply{}, fmt.Errorf("step %d: model call: %w", n, err)
+		case p.refused != nil:
+			system, turn := p.sizes(msgs, extra)
+			return llm.Reply{}, t.overflow(ctx, &ContextOverflowError{Step: n, System: system, Turn: turn, Budget: p.budget, Cause: err})
+		}
+		sent := p.shrink(msgs, err)
+		t.log.LogAttrs(ctx, slog.LevelWarn, "context_too_long",
+			slog.Int("step", n),
+			slog.Int("sent_chars", sent),
+			slog.Int("budget_chars", p.budget),
+			slog.String("error", err.Error()),
+		)
+	}
+}
+
 // overflow says, in the log and in an event, that the turn cannot go on
-// within the budget, and returns the turn's error.
-func (t *turn) overflow(ctx context.Context, n int, oe *convo.OverflowError) error {
+// within the budget, and returns e, the turn's error.
+func (t *turn) overflow(ctx context.Context, e *ContextOverflowError) error {
 	t.log.LogAttrs(ctx, slog.LevelWarn, "context_overflow",
-		slog.Int("step", n),
-		slog.Int("system_chars", oe.System),
-		slog.Int("turn_chars", oe.Turn),
-		slog.Int("budget_chars", oe.Budget),
+		slog.Int("step", e.Step),
+		slog.Int("system_chars", e.System),
+		slog.Int("turn_chars", e.Turn),
+		slog.Int("budget_chars", e.Budget),
 	)
-	t.emit(Event{Type: EventContextOverflow, Step: n, SystemChars: oe.System, TurnChars: oe.Turn, BudgetChars: oe.Budget})
-	return &ContextOverflowError{Step: n, System: oe.System, Turn: oe.Turn, Budget: oe.Budget}
+	t.emit(Event{Type: EventContextOverflow, Step: e.Step, SystemChars: e.System, TurnChars: e.Turn, BudgetChars: e.Budget})
+	return e
 }
 
 // maxEcho bounds how much of an invalid reply is shown back to the model.
@@ -401,35 +436,6 @@ func decodeSafely(u *schema.Union, reply string) (d schema.Decision, err error) 
 		}
 	}()
 	return u.Decode(reply)
-}
-
-// available splits the tools into those the model may use in this step and
-// those it may not, with why.
-func (t *turn) available() ([]schema.Tool, []Tool) {
-	if t.Tools == nil {
-		return nil, nil
-	}
-	all := t.Tools.Tools()
-	usable := make([]schema.Tool, 0, len(all))
-	var disabled []Tool
-	clear(t.approval)
-	for _, tl := range all {
-		if tl.NeedsApproval {
-			if t.approval == nil {
-				t.approval = map[string]bool{}
-			}
-			t.approval[tl.Name] = true
-		}
-		if tl.Disabled == "" && t.strikes[tl.Name] >= t.Config.MaxToolFailures {
-			tl.Disabled = fmt.Sprintf("failed %d times in this turn", t.strikes[tl.Name])
-		}
-		if tl.Disabled != "" {
-			disabled = append(disabled, tl)
-			continue
-		}
-		usable = append(usable, tl.Tool)
-	}
-	return usable, disabled
 }
 
 // call runs a tool under the turn's deadline and turns a panic into an error.

@@ -321,6 +321,9 @@ func TestStepLimitForcesAnswer(t *testing.T) {
 	if m := last.Messages[len(last.Messages)-1]; !strings.Contains(m.Content, "You have used every step") {
 		t.Errorf("forced call does not say why: %+v", m)
 	}
+	if last.Messages[0].Content != reqs[0].Messages[0].Content {
+		t.Errorf("the forced call's system prompt differs from the other steps':\n%s", last.Messages[0].Content)
+	}
 }
 
 func TestAnswerOnLastStepIsKept(t *testing.T) {
@@ -368,10 +371,16 @@ func TestFailingToolLeavesTheTurn(t *testing.T) {
 	if strings.Contains(string(fourth.Format), "tmdb_search") {
 		t.Error("tool is still in the union after 3 failures")
 	}
-	if !strings.Contains(fourth.Messages[0].Content, "- tmdb_search: failed 3 times in this turn") {
-		t.Errorf("system prompt does not say why:\n%s", fourth.Messages[0].Content)
+	// The tool keeps its place in the system prompt (its cached prefix);
+	// the tail, sent last, says it is out.
+	if fourth.Messages[0].Content != reqs[0].Messages[0].Content {
+		t.Errorf("the system prompt changed:\n%s", fourth.Messages[0].Content)
 	}
-	if m := fourth.Messages[len(fourth.Messages)-1]; m.Content != "tmdb_search failed: TMDB answered 500" {
+	n := len(fourth.Messages)
+	if tail := fourth.Messages[n-1].Content; !strings.Contains(tail, "Unavailable now") || !strings.Contains(tail, "- tmdb_search: failed 3 times in this turn") {
+		t.Errorf("the tail does not say why:\n%s", tail)
+	}
+	if m := fourth.Messages[n-2]; m.Content != "tmdb_search failed: TMDB answered 500" {
 		t.Errorf("observation = %q", m.Content)
 	}
 	// The strike count belongs to the turn: the next turn offers the tool again.
@@ -549,16 +558,24 @@ type liveState string
 
 func (s liveState) RuntimeContext(context.Context) string { return string(s) }
 
-func TestRuntimeContextInSystemPrompt(t *testing.T) {
+// TestRuntimeContextInTheTail: the live state of the turn goes in the last
+// message of every call of the turn, never in the system prompt, whose cached
+// prefix it would spoil at every turn.
+func TestRuntimeContextInTheTail(t *testing.T) {
 	fake := ollamatest.New(t, reply("tmdb_search", `{"query":"Dune"}`), final("ok"))
 	r := newRunner(t, fake, newToolbox(t))
 	r.Context = liveState("system.now: Current time: Saturday 2026-11-21 14:03 CET")
 	if _, err := r.Run(context.Background(), &convo.Conversation{}, "what day is it", nil); err != nil {
 		t.Fatal(err)
 	}
+	const want = "Runtime context (live state when this question was asked):\nsystem.now: Current time: Saturday 2026-11-21 14:03 CET"
 	for i, req := range fake.Requests() {
-		if !strings.Contains(req.Messages[0].Content, "Runtime context (live state when this question was asked):\nsystem.now: Current time: Saturday 2026-11-21 14:03 CET\n") {
-			t.Errorf("request %d system prompt lacks the runtime context:\n%s", i, req.Messages[0].Content)
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role != "user" || last.Content != want {
+			t.Errorf("request %d ends with %s %q, want the runtime context", i, last.Role, last.Content)
+		}
+		if strings.Contains(req.Messages[0].Content, "system.now") {
+			t.Errorf("request %d: the system prompt holds the runtime context", i)
 		}
 	}
 }
