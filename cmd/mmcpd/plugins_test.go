@@ -175,9 +175,29 @@ func answer(text string) ollamatest.Reply {
 // observation, when the model called a tool.
 func lastUserMessage(req api.ChatRequest) string {
 	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role == "user" {
-			return req.Messages[i].Content
+		if m := req.Messages[i]; m.Role == "user" && !isTail(m.Content) {
+			return m.Content
 		}
+	}
+	return ""
+}
+
+// isTail reports whether a user message is the volatile tail the loop sends
+// last and never stores: the runtime context, the tools down now, the
+// request for a final answer.
+func isTail(content string) bool {
+	for _, p := range []string{"Runtime context (", "Unavailable now (", "You have used every step"} {
+		if strings.HasPrefix(content, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// tailOf returns the tail of a model request, or "".
+func tailOf(req api.ChatRequest) string {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" && isTail(req.Messages[n-1].Content) {
+		return req.Messages[n-1].Content
 	}
 	return ""
 }
@@ -294,12 +314,12 @@ func TestDaemonRunsPlugins(t *testing.T) {
 	if want := "Result of works_echo:\n{\"echo\":\"ping-42\",\"plugin\":\"works\"}"; told != want || step.Error != "" {
 		t.Errorf("works_echo: the model was told %q, want %q (step %+v)", told, want, step)
 	}
-	// The runtime context reached the system prompt: the healthy providers,
-	// not the slow or failing ones.
-	first := fake.Requests()[0].Messages[0]
-	if first.Role != "system" || !strings.Contains(first.Content, "works.info: works is fine") || !strings.Contains(first.Content, "system.now: Current time: ") ||
-		strings.Contains(first.Content, "ctxslow.slow") || strings.Contains(first.Content, "ctxfail.broken") {
-		t.Errorf("system prompt:\n%s", first.Content)
+	// The runtime context reached the prompt's tail: the healthy
+	// providers, not the slow or failing ones.
+	first := tailOf(fake.Requests()[0])
+	if !strings.Contains(first, "works.info: works is fine") || !strings.Contains(first, "system.now: Current time: ") ||
+		strings.Contains(first, "ctxslow.slow") || strings.Contains(first, "ctxfail.broken") {
+		t.Errorf("the prompt's tail:\n%s", first)
 	}
 
 	step, told = turn("exit_die", `{}`)

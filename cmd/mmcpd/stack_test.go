@@ -221,13 +221,13 @@ func (s *stack) askForDune(t *testing.T, final ollamatest.Reply) server.ChatResp
 	}
 
 	// The model was asked three times, each time with the last result, and
-	// with what Plex is playing in its system prompt.
+	// with what Plex is playing at the end of the prompt.
 	reqs := s.ollama.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("the model was asked %d times before the approval, want 3", len(reqs))
 	}
-	if len(reqs[0].Messages) == 0 || !strings.Contains(reqs[0].Messages[0].Content, "\nplex.now_playing: nobody is watching") {
-		t.Errorf("the system prompt lacks Plex's context line:\n%+v", reqs[0].Messages)
+	if !strings.Contains(tailOf(reqs[0]), "\nplex.now_playing: nobody is watching") {
+		t.Errorf("the prompt's tail lacks Plex's context line:\n%+v", reqs[0].Messages)
 	}
 	if obs := lastUserMessage(reqs[1]); obs != "Result of plex_search:\n"+`{"total":0,"items":[]}` {
 		t.Errorf("the model was told after plex_search:\n%s", obs)
