@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
+	"unicode/utf8"
 
+	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/server"
 )
 
@@ -20,17 +26,28 @@ type client struct {
 	base  string
 	token string
 	http  *http.Client
+	// events, when set, gets each event of a turn as it arrives.
+	events func(event)
+}
+
+// event is one Server-Sent Event of a streamed turn.
+type event struct {
+	name string
+	data []byte
 }
 
 func (c client) chat(req server.ChatRequest) (*server.ChatResponse, error) {
-	return c.post("/v1/chat", req)
+	return c.stream("/v1/chat", req)
 }
 
 func (c client) respond(req server.RespondRequest) (*server.ChatResponse, error) {
-	return c.post("/v1/chat/respond", req)
+	return c.stream("/v1/chat/respond", req)
 }
 
-func (c client) post(path string, req any) (*server.ChatResponse, error) {
+// stream posts req asking for the turn's events, hands each to c.events as
+// it arrives, and returns the answer the done event carries, or the error of
+// the error event.
+func (c client) stream(path string, req any) (*server.ChatResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -40,6 +57,7 @@ func (c client) post(path string, req any) (*server.ChatResponse, error) {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
 	if c.token != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -51,22 +69,67 @@ func (c client) post(path string, req any) (*server.ChatResponse, error) {
 		return nil, fmt.Errorf("calling %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading the answer: %w", err)
-	}
 	if resp.StatusCode != http.StatusOK {
+		// Refused before the turn started: a plain JSON error.
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		var e server.ErrorBody
 		if json.Unmarshal(data, &e) == nil && e.Error.Code != "" {
-			return nil, fmt.Errorf("%s (%s, trace %s)", e.Error.Message, e.Error.Code, e.TraceID)
+			return nil, apiError(e)
 		}
 		return nil, fmt.Errorf("daemon answered %s", resp.Status)
 	}
-	var out server.ChatResponse
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("decoding the answer: %w", err)
+	return readEvents(resp.Body, c.events)
+}
+
+func apiError(e server.ErrorBody) error {
+	return fmt.Errorf("%s (%s, trace %s)", e.Error.Message, e.Error.Code, e.TraceID)
+}
+
+// readEvents reads a turn's Server-Sent Events until its done or error
+// event, handing the others to on (when set). Comments (the daemon's
+// heartbeats) are skipped.
+func readEvents(r io.Reader, on func(event)) (*server.ChatResponse, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 16<<20) // the done event holds every step's result
+	var ev event
+	for sc.Scan() {
+		line := sc.Text()
+		if line != "" {
+			if name, ok := strings.CutPrefix(line, "event:"); ok {
+				ev.name = strings.TrimSpace(name)
+			} else if data, ok := strings.CutPrefix(line, "data:"); ok {
+				if len(ev.data) > 0 {
+					ev.data = append(ev.data, '\n') // data lines join with newlines
+				}
+				ev.data = append(ev.data, strings.TrimPrefix(data, " ")...)
+			}
+			continue
+		}
+		switch ev.name {
+		case "":
+		case "done":
+			var out server.ChatResponse
+			if err := json.Unmarshal(ev.data, &out); err != nil {
+				return nil, fmt.Errorf("decoding the answer: %w", err)
+			}
+			return &out, nil
+		case "error":
+			var e server.ErrorBody
+			if err := json.Unmarshal(ev.data, &e); err != nil || e.Error.Code == "" {
+				return nil, fmt.Errorf("the turn failed, and its error event is unreadable: %s", ev.data)
+			}
+			return nil, apiError(e)
+		default:
+			if on != nil {
+				on(ev)
+			}
+		}
+		ev = event{}
 	}
-	return &out, nil
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the turn's events: %w", err)
+	}
+	return nil, errors.New("the daemon closed the stream before the turn ended")
 }
 
 // reachable turns a base URL made from a listen address into one this
@@ -87,12 +150,90 @@ func reachable(base string) string {
 	return u.String()
 }
 
-// printOutcome prints an answer, or what the agent wants to do and how to
-// allow it.
-func printOutcome(stdout, stderr io.Writer, res *server.ChatResponse, steps bool) {
-	if steps {
-		printSteps(stdout, res.Steps)
+// resultChars bounds the one line a step's result, error or arguments get.
+const resultChars = 300
+
+// turnPrinter shows a streamed turn as it happens. With steps, each step's
+// call and thought, and one line of its result, are printed as their events
+// arrive; the answer comes last. On a terminal, a status line says what the
+// turn is waiting on, and for how long.
+type turnPrinter struct {
+	stdout, stderr io.Writer
+	steps          bool
+	status         *statusLine // nil when stdout or stderr is no terminal
+	printed        bool        // a step was printed: a blank line before the answer
+}
+
+// newTurnPrinter prints to stdout and stderr; call end when the turn is over.
+func newTurnPrinter(stdout, stderr io.Writer, steps bool) *turnPrinter {
+	p := &turnPrinter{stdout: stdout, stderr: stderr, steps: steps}
+	// Only for a person watching: a script or a test reads clean output.
+	if isTerminal(stdout) && isTerminal(stderr) {
+		p.status = newStatusLine(stderr)
 	}
+	return p
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && terminal(f)
+}
+
+func (p *turnPrinter) event(ev event) {
+	var e loop.Event
+	if json.Unmarshal(ev.data, &e) != nil {
+		return // an event this client does not know
+	}
+	switch e.Type {
+	case loop.EventStepStart, loop.EventValidationError:
+		p.status.show("waiting on the model")
+	case loop.EventToolStart:
+		p.status.show("running " + e.Action)
+	case loop.EventModelReply, loop.EventToolEnd:
+		p.status.clear()
+	}
+	if !p.steps {
+		return
+	}
+	switch e.Type {
+	case loop.EventModelReply:
+		if e.Action == "" {
+			return // an invalid reply: its validation_error follows
+		}
+		p.line("step %d: %s %s (model %s)", e.Step, e.Action, oneLine(string(e.Args), resultChars), e.Duration.Round(time.Millisecond))
+		if e.Thought != "" {
+			p.line("  thought: %s", e.Thought)
+		}
+	case loop.EventValidationError:
+		p.line("  invalid reply, asking again: %s", oneLine(strings.Join(e.Problems, "; "), resultChars))
+	case loop.EventToolEnd:
+		if e.Error != "" {
+			p.line("  error: %s (%s)", oneLine(e.Error, resultChars), e.Duration.Round(time.Millisecond))
+			return
+		}
+		p.line("  result: %s (%s)", oneLine(e.Observation, resultChars), e.Duration.Round(time.Millisecond))
+	}
+}
+
+func (p *turnPrinter) line(format string, args ...any) {
+	p.status.clear()
+	fmt.Fprintf(p.stdout, format+"\n", args...)
+	p.printed = true
+}
+
+// end erases the status line for good; the turn is over.
+func (p *turnPrinter) end() {
+	p.status.stop()
+}
+
+// outcome prints an answer, or what the agent wants to do and how to allow
+// it.
+func (p *turnPrinter) outcome(res *server.ChatResponse) {
+	p.end()
+	if p.printed {
+		fmt.Fprintln(p.stdout)
+	}
+	stdout := p.stdout
 	if res.Type == server.TypeActionRequest {
 		fmt.Fprintf(stdout, "The agent wants to run %s %s\n", res.Tool, res.Args)
 		if res.Explanation != "" {
@@ -103,33 +244,94 @@ func printOutcome(stdout, stderr io.Writer, res *server.ChatResponse, steps bool
 	} else {
 		fmt.Fprintln(stdout, res.Answer)
 	}
-	fmt.Fprintf(stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
+	fmt.Fprintf(p.stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
 }
 
-func printSteps(w io.Writer, steps []server.Step) {
-	for _, s := range steps {
-		fmt.Fprintf(w, "step %d: %s %s (%s)\n", s.Number, s.Action, s.Args, s.Duration)
-		if s.Thought != "" {
-			fmt.Fprintf(w, "  thought: %s\n", s.Thought)
-		}
-		if s.Retries > 0 {
-			fmt.Fprintf(w, "  re-asked %d times after invalid replies\n", s.Retries)
-		}
-		switch {
-		case s.Error != "":
-			fmt.Fprintf(w, "  error: %s\n", s.Error)
-		case s.Observation != "":
-			fmt.Fprintf(w, "  result: %s\n", strings.ReplaceAll(clip(s.Observation, 400), "\n", "\n          "))
-		}
-	}
-	fmt.Fprintln(w)
+// statusLine is one line at the bottom of a terminal, such as "waiting on
+// the model… 12s", redrawn every second and erased before anything else is
+// printed. Its methods do nothing on a nil statusLine.
+type statusLine struct {
+	w          io.Writer
+	mu         sync.Mutex
+	label      string // "" when nothing is shown
+	since      time.Time
+	quit, done chan struct{}
+	stopOnce   sync.Once
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+func newStatusLine(w io.Writer) *statusLine {
+	s := &statusLine{w: w, quit: make(chan struct{}), done: make(chan struct{})}
+	go s.tick()
+	return s
+}
+
+func (s *statusLine) tick() {
+	defer close(s.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.draw()
+			s.mu.Unlock()
+		}
 	}
-	return strings.ToValidUTF8(s[:n], "") + "..."
+}
+
+func (s *statusLine) draw() {
+	if s.label != "" {
+		// \r goes back to the line's start, \033[K erases what is left of it.
+		fmt.Fprintf(s.w, "\r%s… %ds\033[K", s.label, int(time.Since(s.since).Seconds()))
+	}
+}
+
+// show says what the turn waits on now; the time counts from here.
+func (s *statusLine) show(label string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.label, s.since = label, time.Now()
+	s.draw()
+}
+
+// clear erases the line, so that what is printed next starts clean.
+func (s *statusLine) clear() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.label != "" {
+		fmt.Fprint(s.w, "\r\033[K")
+		s.label = ""
+	}
+}
+
+// stop erases the line and stops redrawing it.
+func (s *statusLine) stop() {
+	if s == nil {
+		return
+	}
+	s.stopOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+	})
+	s.clear()
+}
+
+// oneLine is s with its white space folded to single spaces, cut to n
+// characters.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > n {
+		return string([]rune(s)[:n]) + "…"
+	}
+	return s
 }
 
 func indentJSON(b []byte) []byte {

@@ -34,6 +34,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
+// readTimeout bounds reading a request, its body included.
+const readTimeout = 30 * time.Second
+
 const usage = `mmcpd: a chat endpoint for a home media stack, driven by a local model.
 
 Usage:
@@ -283,6 +286,8 @@ func serve(stderr io.Writer) error {
 			MaxMessageChars:    cfg.MaxMessageChars,
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
 			ApprovalTTL:        cfg.ApprovalTTL,
+			TurnTimeout:        cfg.TurnTimeout,
+			StreamHeartbeat:    cfg.StreamHeartbeat,
 		},
 		Token:        cfg.APIToken.Reveal(),
 		ListenAddr:   cfg.ListenAddr,
@@ -309,9 +314,13 @@ func serve(stderr io.Writer) error {
 		ConnState:         ln.ConnState,
 		MaxHeaderBytes:    server.MaxHeaderBytes,
 		ReadHeaderTimeout: server.ReadHeaderTimeout,
-		ReadTimeout:       30 * time.Second,
-		// A turn is several model calls and tool calls: allow all of them.
-		WriteTimeout: time.Duration(cfg.LoopMaxSteps+1)*(time.Duration(cfg.LLMMaxRetries+1)*cfg.LLMTimeout+cfg.ToolTimeout) + 30*time.Second,
+		ReadTimeout:       readTimeout,
+		// The write deadline is set once, when a request's headers are
+		// read, and covers the whole answer, a stream included: it must
+		// not cut a turn that is within MMCP_TURN_TIMEOUT. The slack covers
+		// reading the body before the turn, and, after its deadline,
+		// stopping its calls, recording it and writing the 504.
+		WriteTimeout: readTimeout + cfg.TurnTimeout + time.Minute,
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -466,11 +475,14 @@ func chat(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	p := newTurnPrinter(stdout, stderr, *cf.steps)
+	defer p.end()
+	c.events = p.event
 	res, err := c.chat(server.ChatRequest{Message: fs.Arg(0), SessionID: *session})
 	if err != nil {
 		return err
 	}
-	printOutcome(stdout, stderr, res, *cf.steps)
+	p.outcome(res)
 	return nil
 }
 
@@ -492,11 +504,14 @@ func respond(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	p := newTurnPrinter(stdout, stderr, *cf.steps)
+	defer p.end()
+	c.events = p.event
 	res, err := c.respond(server.RespondRequest{SessionID: *session, ApprovalID: *approval, Decision: fs.Arg(0)})
 	if err != nil {
 		return err
 	}
-	printOutcome(stdout, stderr, res, *cf.steps)
+	p.outcome(res)
 	return nil
 }
 
@@ -511,9 +526,9 @@ func clientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, clientFlags) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs, clientFlags{
-		steps:   fs.Bool("steps", false, "print the steps the agent took"),
+		steps:   fs.Bool("steps", false, "print each step the agent takes as it happens"),
 		addr:    fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)"),
-		timeout: fs.Duration("timeout", 10*time.Minute, "give up after this long"),
+		timeout: fs.Duration("timeout", 0, "give up after this long (default: MMCP_TURN_TIMEOUT plus a minute, so the daemon's own timeout comes first)"),
 	}
 }
 
@@ -527,5 +542,9 @@ func (f clientFlags) client() (client, error) {
 	if addr == "" {
 		addr = cfg.ListenAddr
 	}
-	return client{base: "http://" + addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: *f.timeout}}, nil
+	timeout := *f.timeout
+	if timeout <= 0 {
+		timeout = cfg.TurnTimeout + time.Minute
+	}
+	return client{base: "http://" + addr, token: cfg.APIToken.Reveal(), http: &http.Client{Timeout: timeout}}, nil
 }

@@ -61,6 +61,8 @@ type Config struct {
 	MaxConcurrentTurns      int           `split_words:"true" default:"16" desc:"turns running at once (streams included); more get 503"`
 	MaxConnections          int           `split_words:"true" default:"256" desc:"HTTP connections held at once, 1 to 100000; past it one waiting without a request is dropped for the newcomer"`
 	ApprovalTTL             time.Duration `split_words:"true" default:"10m" desc:"how long a tool call waits for the user's approval"`
+	TurnTimeout             time.Duration `split_words:"true" default:"10m" desc:"the longest a whole chat turn may run, every model and tool call included; past it the turn ends with 504 timeout"`
+	StreamHeartbeat         time.Duration `split_words:"true" default:"10s" desc:"on a streamed turn, a comment line is sent after this long without output, so proxies and clients do not time out"`
 	APIToken                Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
 	ShutdownGrace           time.Duration `split_words:"true" default:"5s" desc:"on SIGTERM, how long running turns may finish before they are cancelled"`
 	LogLevel                string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
@@ -140,6 +142,8 @@ func (c Config) validate() error {
 		between("MMCP_MAX_CONCURRENT_TURNS", c.MaxConcurrentTurns, 1, 10000),
 		between("MMCP_MAX_CONNECTIONS", c.MaxConnections, 1, 100000),
 		positive("MMCP_APPROVAL_TTL", c.ApprovalTTL),
+		positive("MMCP_TURN_TIMEOUT", c.TurnTimeout),
+		positive("MMCP_STREAM_HEARTBEAT", c.StreamHeartbeat),
 		positive("MMCP_SHUTDOWN_GRACE", c.ShutdownGrace),
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
@@ -365,6 +369,11 @@ func (c Config) Warnings() []string {
 	if c.ToolMaxOutputChars > c.LLMMaxContextChars {
 		w = append(w, fmt.Sprintf("MMCP_TOOL_MAX_OUTPUT_CHARS=%d is larger than MMCP_LLM_MAX_CONTEXT_CHARS=%d: a single tool result can crowd out the rest of the prompt",
 			c.ToolMaxOutputChars, c.LLMMaxContextChars))
+	}
+
+	if c.TurnTimeout < c.LLMTimeout {
+		w = append(w, fmt.Sprintf("MMCP_TURN_TIMEOUT=%s is shorter than MMCP_LLM_TIMEOUT=%s: a slow model call ends the whole turn (504 timeout) before its own timeout can say the model was slow",
+			c.TurnTimeout, c.LLMTimeout))
 	}
 
 	if err := c.CheckExposure(); err != nil {

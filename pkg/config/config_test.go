@@ -46,6 +46,8 @@ var documented = []struct{ name, def string }{
 	{"MMCP_MAX_CONCURRENT_TURNS", "16"},
 	{"MMCP_MAX_CONNECTIONS", "256"},
 	{"MMCP_APPROVAL_TTL", "10m"},
+	{"MMCP_TURN_TIMEOUT", "10m"},
+	{"MMCP_STREAM_HEARTBEAT", "10s"},
 	{"MMCP_API_TOKEN", ""},
 	{"MMCP_SHUTDOWN_GRACE", "5s"},
 	{"MMCP_LOG_LEVEL", "info"},
@@ -82,6 +84,8 @@ var defaults = Config{
 	MaxConcurrentTurns:      16,
 	MaxConnections:          256,
 	ApprovalTTL:             10 * time.Minute,
+	TurnTimeout:             10 * time.Minute,
+	StreamHeartbeat:         10 * time.Second,
 	APIToken:                "",
 	ShutdownGrace:           5 * time.Second,
 	LogLevel:                "info",
@@ -172,6 +176,8 @@ var readCases = []struct {
 	{"MMCP_MAX_CONCURRENT_TURNS", "2", func(c *Config) { c.MaxConcurrentTurns = 2 }},
 	{"MMCP_MAX_CONNECTIONS", "1024", func(c *Config) { c.MaxConnections = 1024 }},
 	{"MMCP_APPROVAL_TTL", "1m", func(c *Config) { c.ApprovalTTL = time.Minute }},
+	{"MMCP_TURN_TIMEOUT", "30m", func(c *Config) { c.TurnTimeout = 30 * time.Minute }},
+	{"MMCP_STREAM_HEARTBEAT", "2s", func(c *Config) { c.StreamHeartbeat = 2 * time.Second }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
 	{"MMCP_SHUTDOWN_GRACE", "30s", func(c *Config) { c.ShutdownGrace = 30 * time.Second }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
@@ -370,6 +376,11 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "99"},
 		{"MMCP_TOOL_MAX_SCHEMA_BYTES", "100"},
 		{"MMCP_SHUTDOWN_GRACE", "0s"},
+		{"MMCP_TURN_TIMEOUT", "0s"},
+		{"MMCP_TURN_TIMEOUT", "-1m"},
+		{"MMCP_TURN_TIMEOUT", "long"},
+		{"MMCP_STREAM_HEARTBEAT", "0s"},
+		{"MMCP_STREAM_HEARTBEAT", "10"},
 		{"MMCP_LOG_LEVEL", "verbose"},
 		{"MMCP_LOG_LEVEL", ""},
 		{"MMCP_LOG_FORMAT", "xml"},
@@ -468,6 +479,9 @@ func TestWarnings(t *testing.T) {
 			[]string{"MMCP_LISTEN_ADDR=0.0.0.0:8787", "MMCP_API_TOKEN"}},
 		{"all interfaces without token", with(func(c *Config) { c.ListenAddr = ":8787" }),
 			[]string{"MMCP_LISTEN_ADDR=:8787"}},
+		{"turn shorter than one model call", with(func(c *Config) { c.TurnTimeout = time.Minute }),
+			[]string{"MMCP_TURN_TIMEOUT=1m0s", "MMCP_LLM_TIMEOUT=2m0s"}},
+		{"turn as long as one model call", with(func(c *Config) { c.TurnTimeout = c.LLMTimeout }), nil},
 		{"exposed with token", with(func(c *Config) { c.ListenAddr = "0.0.0.0:8787"; c.APIToken = "t" }), nil},
 		{"localhost", with(func(c *Config) { c.ListenAddr = "localhost:8787" }), nil},
 		{"IPv6 loopback", with(func(c *Config) { c.ListenAddr = "[::1]:8787" }), nil},
@@ -570,6 +584,8 @@ MMCP_MAX_MESSAGE_CHARS=8000
 MMCP_MAX_CONCURRENT_TURNS=16
 MMCP_MAX_CONNECTIONS=256
 MMCP_APPROVAL_TTL=10m0s
+MMCP_TURN_TIMEOUT=10m0s
+MMCP_STREAM_HEARTBEAT=10s
 MMCP_API_TOKEN=**********
 MMCP_SHUTDOWN_GRACE=5s
 MMCP_LOG_LEVEL=info

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	convo "github.com/mmcpd/mmcpd/pkg/context"
@@ -115,8 +116,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.log().InfoContext(ctx, "turn started", "session_id", sess.ID, "new_session", req.SessionID == "")
 	before := len(conv.Messages) + 1 // the user message lives in the turn's own row
 	out := s.output(w, r, sess.ID)
-	res, runErr := s.Turns.Run(ctx, &conv, req.Message, out.event)
-	s.finish(w, r, out, sess.ID, turn, &conv, before, res, runErr)
+	defer out.close()
+	turnCtx, cancel := s.turnContext(r)
+	defer cancel()
+	res, runErr := s.Turns.Run(turnCtx, &conv, req.Message, out.event)
+	s.finish(w, r, out, sess.ID, turn, &conv, before, res, turnEnd(r, turnCtx, runErr))
 }
 
 func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
@@ -183,9 +187,12 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log().InfoContext(ctx, "turn resumed", "session_id", sess.ID, "approval_id", a.ID, "decision", req.Decision)
 	out := s.output(w, r, sess.ID)
+	defer out.close()
 	before := len(conv.Messages)
-	res, runErr := s.Turns.Resume(ctx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, out.event)
-	s.finish(w, r, out, sess.ID, a.Turn, &conv, before, res, runErr)
+	turnCtx, cancel := s.turnContext(r)
+	defer cancel()
+	res, runErr := s.Turns.Resume(turnCtx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, out.event)
+	s.finish(w, r, out, sess.ID, a.Turn, &conv, before, res, turnEnd(r, turnCtx, runErr))
 }
 
 // pendingCall reads the call an approval is for from the end of the
@@ -217,6 +224,61 @@ var ErrShuttingDown = errors.New("the daemon is shutting down; the turn was canc
 // stopping, not by the client leaving.
 func shuttingDown(r *http.Request) bool {
 	return errors.Is(context.Cause(r.Context()), ErrShuttingDown)
+}
+
+// clientLeft reports whether r's context ended because its client went
+// away: nobody is there to answer.
+func clientLeft(r *http.Request) bool {
+	return r.Context().Err() != nil && !shuttingDown(r)
+}
+
+// TurnTimeoutError ends a turn that ran past Limits.TurnTimeout
+// (MMCP_TURN_TIMEOUT): 504 timeout, and the turn is recorded failed.
+type TurnTimeoutError struct {
+	Limit time.Duration
+}
+
+func (e *TurnTimeoutError) Error() string {
+	return fmt.Sprintf("the turn did not finish within %s (MMCP_TURN_TIMEOUT) and was stopped where it was; a slow model or slow tools may need a longer MMCP_TURN_TIMEOUT",
+		shortDuration(e.Limit))
+}
+
+// shortDuration writes d as settings are written: 10m, not 10m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// turnContext bounds a turn by Limits.TurnTimeout. The deadline's cause
+// tells it apart from the two ways r's own context ends (the client left,
+// the daemon shut down), which reach the turn through the same context.
+// Only the turn gets the deadline: recording it afterwards does not.
+func (s *Server) turnContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(r.Context(), s.Limits.TurnTimeout, &TurnTimeoutError{Limit: s.Limits.TurnTimeout})
+}
+
+// turnEnd says why a turn ended with err. The daemon stopping and the client
+// leaving come first: they end r's context, and with it the turn's, whose
+// own deadline may have passed meanwhile. Then the turn's deadline: the loop
+// reports it as whatever it was waiting on saw (a model call's "context
+// deadline exceeded"), which names neither the turn's limit nor its setting.
+func turnEnd(r *http.Request, turnCtx context.Context, err error) error {
+	var timeout *TurnTimeoutError
+	switch {
+	case err == nil:
+		return nil
+	case shuttingDown(r):
+		return ErrShuttingDown
+	case r.Context().Err() == nil && errors.As(context.Cause(turnCtx), &timeout):
+		return timeout
+	}
+	return err
 }
 
 // finish commits what the turn added and answers the client.
@@ -380,9 +442,14 @@ func (s *Server) unlock(id string) {
 func turnError(err error) (status int, code string, retryable bool) {
 	var invalid *loop.InvalidReplyError
 	var overflow *loop.ContextOverflowError
+	var timeout *TurnTimeoutError
 	switch {
 	case errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable, "shutting_down", true
+	case errors.As(err, &timeout):
+		// Retryable: the model may answer faster once loaded, or the
+		// setting may be raised.
+		return http.StatusGatewayTimeout, "timeout", true
 	case errors.Is(err, llm.ErrModelMissing):
 		return http.StatusServiceUnavailable, "model_missing", false
 	case errors.Is(err, llm.ErrUnavailable):

@@ -58,6 +58,8 @@ func (e *env) stream(t *testing.T, path, body string) (*http.Response, []sseEven
 			cur.name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			cur.data = json.RawMessage(strings.TrimPrefix(line, "data: "))
+		case strings.HasPrefix(line, ":"):
+			// A comment (a heartbeat): clients ignore it.
 		default:
 			t.Errorf("unexpected line in the stream: %q", line)
 		}

@@ -104,6 +104,11 @@ type ChunkChoice struct {
 type Delta struct {
 	Role    string `json:"role,omitempty"`
 	Content string `json:"content,omitempty"`
+	// ReasoningContent is the turn's progress (see reasoning), in the field
+	// reasoning models' servers use: Open WebUI shows it as a collapsible
+	// reasoning block above the answer, and clients that do not know it
+	// ignore it.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // ModelList is GET /v1/models.
@@ -169,12 +174,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		model = OpenAIModel
 	}
 	id, created := "chatcmpl-"+trace.ID(ctx), time.Now().Unix()
+	turnCtx, cancel := s.turnContext(r)
+	defer cancel()
 
 	if !req.Stream {
-		res, err := s.Turns.Run(ctx, &conv, message, nil)
+		res, err := s.Turns.Run(turnCtx, &conv, message, nil)
+		err = turnEnd(r, turnCtx, err)
 		s.openAITurnDone(ctx, res, err)
 		if err != nil {
-			if ctx.Err() != nil {
+			if clientLeft(r) {
 				s.log().InfoContext(ctx, "turn cancelled by the client", "err", err)
 				return
 			}
@@ -190,17 +198,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	st := &completionStream{w: w, rc: http.NewResponseController(w), base: CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model}}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	st := &completionStream{sse: newSSEWriter(w, s.Limits.StreamHeartbeat), base: CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model}}
+	defer st.sse.stop()
 	st.delta(Delta{Role: "assistant"}, nil)
-	res, err := s.Turns.Run(ctx, &conv, message, st.progress)
+	res, err := s.Turns.Run(turnCtx, &conv, message, st.progress)
+	err = turnEnd(r, turnCtx, err)
 	s.openAITurnDone(ctx, res, err)
 	if err != nil {
-		if ctx.Err() != nil {
+		if clientLeft(r) {
 			s.log().InfoContext(ctx, "turn cancelled by the client", "err", err)
 			return
 		}
@@ -420,10 +425,9 @@ func (s *Server) decodeOpenAI(w http.ResponseWriter, r *http.Request, v any) boo
 }
 
 // completionStream writes a streamed completion as OpenAI's Server-Sent
-// Events: data lines only, ended by data: [DONE].
+// Events: data lines only (and heartbeats), ended by data: [DONE].
 type completionStream struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
+	sse  *sseWriter
 	base CompletionChunk
 }
 
@@ -438,28 +442,61 @@ func (c *completionStream) send(v any) {
 	if err != nil {
 		data, _ = json.Marshal(OpenAIError{Error: OpenAIErrorDetail{Message: err.Error(), Type: "server_error", Code: "internal"}})
 	}
-	fmt.Fprintf(c.w, "data: %s\n\n", data)
-	_ = c.rc.Flush() // a client that left is noticed through the request's context
+	c.sse.write("data: " + string(data) + "\n\n")
 }
 
 func (c *completionStream) done() {
-	fmt.Fprint(c.w, "data: [DONE]\n\n")
-	_ = c.rc.Flush()
+	c.sse.write("data: [DONE]\n\n")
 }
 
-// progress shows the turn's steps as SSE comment lines, which clients ignore:
-// they keep the connection busy and show in a raw stream what the agent does,
-// without putting tool text into the answer. No blank line follows them: a
-// blank line ends an event, and some clients (openai-go) fail on an event
-// with no data; the comments belong to the next data event instead.
+// progress sends what the turn does as reasoning_content deltas, so that the
+// answer's content holds the answer only.
 func (c *completionStream) progress(e loop.Event) {
-	switch e.Type {
-	case loop.EventStepStart:
-		fmt.Fprintf(c.w, ": step %d\n", e.Step)
-	case loop.EventToolStart:
-		fmt.Fprintf(c.w, ": tool %s\n", e.Action)
-	default:
-		return
+	if text := reasoning(e); text != "" {
+		c.delta(Delta{ReasoningContent: text}, nil)
 	}
-	_ = c.rc.Flush()
+}
+
+// resultChars bounds the tool arguments, results and problems shown in the
+// reasoning: one line each, the whole being in the turn's steps.
+const resultChars = 200
+
+// reasoning is what an event adds to the reasoning shown beside the answer:
+// each step's thought, the tool it calls, and one line of what the tool gave
+// or why it failed. Each piece is a Markdown paragraph. Text from tools (and
+// the validator's problems, which quote the model) goes in code spans: it is
+// third-party, and a link or image in it must not be rendered (a browser
+// would fetch the image).
+func reasoning(e loop.Event) string {
+	switch e.Type {
+	case loop.EventModelReply:
+		if e.Action == "" || strings.TrimSpace(e.Thought) == "" {
+			return "" // an invalid reply: its validation_error tells
+		}
+		return fmt.Sprintf("Step %d: %s\n\n", e.Step, strings.TrimSpace(e.Thought))
+	case loop.EventValidationError:
+		return fmt.Sprintf("Step %d: the reply was not valid, asking again: %s\n\n", e.Step, codeSpan(strings.Join(e.Problems, "; ")))
+	case loop.EventToolStart:
+		return fmt.Sprintf("Calling %s %s\n\n", codeSpan(e.Action), codeSpan(string(e.Args)))
+	case loop.EventToolEnd:
+		if e.Error != "" {
+			return "Failed: " + codeSpan(e.Error) + "\n\n"
+		}
+		return "Result: " + codeSpan(e.Observation) + "\n\n"
+	}
+	return ""
+}
+
+// codeSpan is s on one line, cut to resultChars characters, as a Markdown
+// code span (backticks inside become quotes, so the span cannot be closed
+// early).
+func codeSpan(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > resultChars {
+		s = string([]rune(s)[:resultChars]) + "…"
+	}
+	if s == "" {
+		return "(empty)"
+	}
+	return "`" + strings.ReplaceAll(s, "`", "'") + "`"
 }

@@ -4,6 +4,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,10 +58,28 @@ type Limits struct {
 	MaxMessageChars    int           // a chat message's length
 	MaxConcurrentTurns int           // turns running at once, streams included
 	ApprovalTTL        time.Duration // how long an action request can be answered
+	TurnTimeout        time.Duration // how long one turn may run, all its calls included
+	// StreamHeartbeat is how long a stream may stay quiet before it gets a
+	// Heartbeat comment.
+	StreamHeartbeat time.Duration
 }
 
 // DefaultLimits are the limits when the daemon's settings leave them.
-var DefaultLimits = Limits{MaxMessageChars: 8000, MaxConcurrentTurns: 16, ApprovalTTL: 10 * time.Minute}
+var DefaultLimits = Limits{MaxMessageChars: 8000, MaxConcurrentTurns: 16, ApprovalTTL: 10 * time.Minute,
+	TurnTimeout: 10 * time.Minute, StreamHeartbeat: 10 * time.Second}
+
+// orDefault fills the limits left at zero from DefaultLimits: a zero turn
+// timeout would end every turn at once, and zero turns at once would serve
+// none.
+func (l Limits) orDefault() Limits {
+	d := DefaultLimits
+	l.MaxMessageChars = cmp.Or(l.MaxMessageChars, d.MaxMessageChars)
+	l.MaxConcurrentTurns = cmp.Or(l.MaxConcurrentTurns, d.MaxConcurrentTurns)
+	l.ApprovalTTL = cmp.Or(l.ApprovalTTL, d.ApprovalTTL)
+	l.TurnTimeout = cmp.Or(l.TurnTimeout, d.TurnTimeout)
+	l.StreamHeartbeat = cmp.Or(l.StreamHeartbeat, d.StreamHeartbeat)
+	return l
+}
 
 // Server is the HTTP API. Fill the fields, then call Handler once.
 type Server struct {
@@ -95,9 +114,7 @@ type Step = loop.Step
 
 // Handler returns the API's routes, each response carrying X-Trace-Id.
 func (s *Server) Handler() http.Handler {
-	if s.Limits == (Limits{}) {
-		s.Limits = DefaultLimits
-	}
+	s.Limits = s.Limits.orDefault()
 	s.slots = make(chan struct{}, s.Limits.MaxConcurrentTurns)
 	s.busy = map[string]bool{}
 	mux := http.NewServeMux()

@@ -3,12 +3,100 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/trace"
 )
+
+// Heartbeat is the comment line a stream gets when nothing else was sent for
+// Limits.StreamHeartbeat: clients ignore comments, and the bytes keep proxies
+// and clients from timing out while the model or a tool is slow. No blank
+// line follows it: a blank line ends an event, and some clients (openai-go)
+// fail on an event with no data; the comment belongs to the next event.
+const Heartbeat = ": keepalive\n"
+
+// sseWriter is a stream's one way out. The turn's events and the heartbeats
+// share its lock, so they never interleave, and every write is flushed at
+// once.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu   sync.Mutex
+	last time.Time // when anything was last written
+
+	quit, done chan struct{}
+	stopOnce   sync.Once
+}
+
+// newSSEWriter answers 200 with an event stream's headers and starts the
+// heartbeats: a Heartbeat whenever nothing was written for every. Call stop
+// before the handler returns.
+func newSSEWriter(w http.ResponseWriter, every time.Duration) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies must not hold the stream back
+	w.WriteHeader(http.StatusOK)
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), last: time.Now(),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	go s.heartbeat(every)
+	return s
+}
+
+func (s *sseWriter) write(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writeLocked(text)
+}
+
+func (s *sseWriter) writeLocked(text string) {
+	_, _ = io.WriteString(s.w, text)
+	_ = s.rc.Flush() // a client that left is noticed through the request's context
+	s.last = time.Now()
+}
+
+// heartbeat wakes when the stream has been quiet for every, and writes a
+// Heartbeat if nothing was written meanwhile; else it sleeps until every
+// after the last write.
+func (s *sseWriter) heartbeat(every time.Duration) {
+	defer close(s.done)
+	if every <= 0 {
+		return
+	}
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		quiet := time.Since(s.last)
+		if quiet >= every {
+			s.writeLocked(Heartbeat)
+			quiet = 0
+		}
+		s.mu.Unlock()
+		t.Reset(every - quiet)
+	}
+}
+
+// stop ends the heartbeats, once the turn is over; it returns when none can
+// be written any more, so the handler may return after it. Calling it again
+// does nothing.
+func (s *sseWriter) stop() {
+	s.stopOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+	})
+}
 
 // output is where a turn's outcome goes: one JSON answer, or, when the client
 // asked for text/event-stream, the turn's events as Server-Sent Events ending
@@ -17,8 +105,7 @@ type output struct {
 	s   *Server
 	w   http.ResponseWriter
 	r   *http.Request
-	sse bool
-	rc  *http.ResponseController
+	sse *sseWriter // nil for a JSON answer
 	// request is the loop's action_request, held back until the approval it
 	// asks for exists and has an id to answer.
 	request *loop.Event
@@ -40,23 +127,27 @@ type actionRequestEvent struct {
 	Explanation string `json:"explanation"`
 }
 
+// output opens the turn's answer; the handler must call close before it
+// returns.
 func (s *Server) output(w http.ResponseWriter, r *http.Request, session string) *output {
-	o := &output{s: s, w: w, r: r, sse: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
-	if o.sse {
-		o.rc = http.NewResponseController(w)
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no") // proxies must not hold the stream back
-		w.WriteHeader(http.StatusOK)
+	o := &output{s: s, w: w, r: r}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		o.sse = newSSEWriter(w, s.Limits.StreamHeartbeat)
 		o.send("start", startEvent{Type: "start", TraceID: trace.ID(r.Context()), SessionID: session})
 	}
 	return o
 }
 
+// close stops a stream's heartbeats: the turn is over.
+func (o *output) close() {
+	if o.sse != nil {
+		o.sse.stop()
+	}
+}
+
 // event streams one loop event; the JSON form has no use for them.
 func (o *output) event(e loop.Event) {
-	if !o.sse {
+	if o.sse == nil {
 		return
 	}
 	switch e.Type {
@@ -76,12 +167,11 @@ func (o *output) send(event string, v any) {
 		data, _ = json.Marshal(map[string]string{"error": err.Error()})
 	}
 	// Event data is one line: JSON has no raw newlines.
-	fmt.Fprintf(o.w, "event: %s\ndata: %s\n\n", event, data)
-	_ = o.rc.Flush() // a client that left is noticed through the request's context
+	o.sse.write(fmt.Sprintf("event: %s\ndata: %s\n\n", event, data))
 }
 
 func (o *output) done(resp ChatResponse) {
-	if o.sse {
+	if o.sse != nil {
 		if o.request != nil && resp.Type == TypeActionRequest {
 			o.send(string(loop.EventActionRequest), actionRequestEvent{Event: *o.request,
 				SessionID: resp.SessionID, ApprovalID: resp.ApprovalID, Explanation: resp.Explanation})
@@ -93,7 +183,7 @@ func (o *output) done(resp ChatResponse) {
 }
 
 func (o *output) turnFailed(err error) {
-	if o.r.Context().Err() != nil && !shuttingDown(o.r) {
+	if clientLeft(o.r) {
 		o.s.log().InfoContext(o.r.Context(), "turn cancelled by the client", "err", err)
 		return
 	}
@@ -117,7 +207,7 @@ func (o *output) failInternal(err error) {
 }
 
 func (o *output) fail(status int, code, msg string, retryable bool) {
-	if !o.sse {
+	if o.sse == nil {
 		o.s.fail(o.w, o.r, status, code, msg, retryable)
 		return
 	}
