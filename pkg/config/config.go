@@ -357,7 +357,7 @@ func (c Config) Warnings() []string {
 	var w []string
 
 	if need := c.LLMMaxContextChars/charsPerToken + replyReserveTokens; need > c.OllamaNumCtx {
-		msg := fmt.Sprintf("MMCP_LLM_MAX_CONTEXT_CHARS=%d (about %d tokens at %d characters per token, plus %d tokens reserved for the reply) does not fit in MMCP_OLLAMA_NUM_CTX=%d, and Ollama silently drops the front of an oversized prompt; ",
+		msg := fmt.Sprintf("MMCP_LLM_MAX_CONTEXT_CHARS=%d (about %d tokens at %d characters per token, plus %d tokens reserved for the reply) does not fit in MMCP_OLLAMA_NUM_CTX=%d, so the window is held to what num_ctx holds and the extra characters are never used; ",
 			c.LLMMaxContextChars, c.LLMMaxContextChars/charsPerToken, charsPerToken, replyReserveTokens, c.OllamaNumCtx)
 		if fit := (c.OllamaNumCtx - replyReserveTokens) * charsPerToken; fit >= 1000 {
 			msg += fmt.Sprintf("lower MMCP_LLM_MAX_CONTEXT_CHARS to at most %d or ", fit)
