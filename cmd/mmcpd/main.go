@@ -154,6 +154,7 @@ func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, 
 		NumCtx:      cfg.OllamaNumCtx,
 		Temperature: cfg.LLMTemperature,
 		Timeout:     cfg.LLMTimeout,
+		IdleTimeout: cfg.LLMIdleTimeout,
 		Retries:     cfg.LLMRateLimitRetries,
 		KeepAlive:   cfg.OllamaKeepAlive,
 	})

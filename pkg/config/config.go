@@ -38,7 +38,8 @@ type Config struct {
 	OllamaNumCtx            int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
 	OllamaKeepAlive         time.Duration `split_words:"true" default:"5m" desc:"how long Ollama keeps the model loaded after a call; negative keeps it loaded"`
 	LLMTemperature          float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
-	LLMTimeout              time.Duration `split_words:"true" default:"120s" desc:"timeout for one model call, greater than 0"`
+	LLMTimeout              time.Duration `split_words:"true" default:"120s" desc:"how long a model call may wait for the first piece of its reply (a check: for its answer), greater than 0"`
+	LLMIdleTimeout          time.Duration `split_words:"true" default:"60s" desc:"how long a model may stay silent between two pieces of its reply, greater than 0"`
 	LLMMaxContextChars      int           `split_words:"true" default:"20000" desc:"character budget for the prompt, at least 1000"`
 	LLMMaxRetries           int           `split_words:"true" default:"2" desc:"self-corrections allowed per step after an invalid model reply, 0 to 10"`
 	LLMRateLimitRetries     int           `split_words:"true" default:"3" desc:"retries when the model server is busy or rate-limits, 0 to 10"`
@@ -120,6 +121,7 @@ func (c Config) validate() error {
 		atLeast("MMCP_OLLAMA_NUM_CTX", c.OllamaNumCtx, 512),
 		temperature("MMCP_LLM_TEMPERATURE", c.LLMTemperature),
 		positive("MMCP_LLM_TIMEOUT", c.LLMTimeout),
+		positive("MMCP_LLM_IDLE_TIMEOUT", c.LLMIdleTimeout),
 		atLeast("MMCP_LLM_MAX_CONTEXT_CHARS", c.LLMMaxContextChars, 1000),
 		between("MMCP_LLM_MAX_RETRIES", c.LLMMaxRetries, 0, 10),
 		between("MMCP_LLM_RATE_LIMIT_RETRIES", c.LLMRateLimitRetries, 0, 10),

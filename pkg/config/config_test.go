@@ -24,6 +24,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_OLLAMA_KEEP_ALIVE", "5m"},
 	{"MMCP_LLM_TEMPERATURE", "0"},
 	{"MMCP_LLM_TIMEOUT", "120s"},
+	{"MMCP_LLM_IDLE_TIMEOUT", "60s"},
 	{"MMCP_LLM_MAX_CONTEXT_CHARS", "20000"},
 	{"MMCP_LLM_MAX_RETRIES", "2"},
 	{"MMCP_LLM_RATE_LIMIT_RETRIES", "3"},
@@ -62,6 +63,7 @@ var defaults = Config{
 	OllamaKeepAlive:         5 * time.Minute,
 	LLMTemperature:          0,
 	LLMTimeout:              120 * time.Second,
+	LLMIdleTimeout:          60 * time.Second,
 	LLMMaxContextChars:      20000,
 	LLMMaxRetries:           2,
 	LLMRateLimitRetries:     3,
@@ -154,6 +156,7 @@ var readCases = []struct {
 	{"MMCP_OLLAMA_KEEP_ALIVE", "-1s", func(c *Config) { c.OllamaKeepAlive = -time.Second }},
 	{"MMCP_LLM_TEMPERATURE", "0.7", func(c *Config) { c.LLMTemperature = 0.7 }},
 	{"MMCP_LLM_TIMEOUT", "45s", func(c *Config) { c.LLMTimeout = 45 * time.Second }},
+	{"MMCP_LLM_IDLE_TIMEOUT", "15s", func(c *Config) { c.LLMIdleTimeout = 15 * time.Second }},
 	{"MMCP_LLM_MAX_CONTEXT_CHARS", "12000", func(c *Config) { c.LLMMaxContextChars = 12000 }},
 	{"MMCP_LLM_MAX_RETRIES", "0", func(c *Config) { c.LLMMaxRetries = 0 }},
 	{"MMCP_LLM_RATE_LIMIT_RETRIES", "10", func(c *Config) { c.LLMRateLimitRetries = 10 }},
@@ -355,6 +358,7 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_LLM_TIMEOUT", "abc"},
 		{"MMCP_LLM_TIMEOUT", "0s"},
 		{"MMCP_LLM_TIMEOUT", "-1s"},
+		{"MMCP_LLM_IDLE_TIMEOUT", "0s"},
 		{"MMCP_LLM_MAX_CONTEXT_CHARS", "999"},
 		{"MMCP_LLM_MAX_CONTEXT_CHARS", "lots"},
 		{"MMCP_LLM_MAX_RETRIES", "-1"},
@@ -562,6 +566,7 @@ MMCP_OLLAMA_NUM_CTX=8192
 MMCP_OLLAMA_KEEP_ALIVE=5m0s
 MMCP_LLM_TEMPERATURE=0
 MMCP_LLM_TIMEOUT=2m0s
+MMCP_LLM_IDLE_TIMEOUT=1m0s
 MMCP_LLM_MAX_CONTEXT_CHARS=20000
 MMCP_LLM_MAX_RETRIES=2
 MMCP_LLM_RATE_LIMIT_RETRIES=3

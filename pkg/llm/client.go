@@ -33,12 +33,13 @@ const MaxReplyBytes = schema.MaxReplyBytes
 
 // maxBodyBytes bounds the bytes read from one response body, whatever its
 // lines hold: without it a line with no newline would be buffered before its
-// content could be counted. The client asks for one JSON line (stream false),
-// and a reply at the content cap takes at most 6 times that on the wire (JSON's
-// worst escaping, \u00XX for every byte) plus the other fields, which 64 KiB
-// covers many times over. A server that streams anyway spends ~150 bytes of
-// envelope per line, so a long streamed reply may end here before the content
-// cap does; both end the call with ErrReplyTooLarge.
+// content could be counted, and lines with no content would never end. A
+// reply at the content cap in one line takes at most 6 times that on the wire
+// (JSON's worst escaping, \u00XX for every byte) plus the other fields, which
+// 64 KiB covers many times over. Streamed, Ollama spends ~130 bytes of
+// envelope per token: the bound holds about 12,000 tokens, more than a reply
+// can have in the default num_ctx (8192), and a longer reply ends here with
+// ErrReplyTooLarge.
 const maxBodyBytes = 6*MaxReplyBytes + 64<<10
 
 // maxBackoff caps the doubling so that a large Retries setting cannot turn
@@ -55,11 +56,17 @@ const DefaultDownFreshness = 30 * time.Second
 
 // Options configures a Client.
 type Options struct {
-	Host        string        // base URL, e.g. http://127.0.0.1:11434
-	Model       string        // e.g. qwen2.5:7b-instruct
-	NumCtx      int           // context size in tokens; 0 means DefaultNumCtx
-	Temperature float64       // sampling temperature
-	Timeout     time.Duration // per HTTP call (the http.Client timeout); 0 means none
+	Host        string  // base URL, e.g. http://127.0.0.1:11434
+	Model       string  // e.g. qwen2.5:7b-instruct
+	NumCtx      int     // context size in tokens; 0 means DefaultNumCtx
+	Temperature float64 // sampling temperature
+	// Timeout bounds a check, and how long a chat may wait for its first
+	// piece (the prompt is read then, and a model loaded); 0 means none.
+	Timeout time.Duration
+	// IdleTimeout bounds the silence between two pieces of a reply once
+	// the first came: a model that keeps writing is never cut, one that
+	// stops is. 0 means Timeout.
+	IdleTimeout time.Duration
 	Retries     int           // how many times to retry 429, 503 and refused connections
 	Backoff     time.Duration // first backoff delay, doubled each retry; 0 means 1s
 	KeepAlive   time.Duration // how long Ollama keeps the model loaded; 0 means Ollama's default
@@ -83,6 +90,7 @@ type Client struct {
 	numCtx      int
 	temperature float64
 	timeout     time.Duration
+	idle        time.Duration
 	retries     int
 	backoff     time.Duration
 	keepAlive   time.Duration
@@ -112,6 +120,8 @@ func New(o Options) (*Client, error) {
 		return nil, fmt.Errorf("llm: num_ctx must not be negative, got %d", o.NumCtx)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("llm: timeout must not be negative, got %s", o.Timeout)
+	case o.IdleTimeout < 0:
+		return nil, fmt.Errorf("llm: idle timeout must not be negative, got %s", o.IdleTimeout)
 	case o.Retries < 0:
 		return nil, fmt.Errorf("llm: retries must not be negative, got %d", o.Retries)
 	case o.Backoff < 0:
@@ -132,12 +142,16 @@ func New(o Options) (*Client, error) {
 		numCtx:      o.NumCtx,
 		temperature: o.Temperature,
 		timeout:     o.Timeout,
+		idle:        o.IdleTimeout,
 		retries:     o.Retries,
 		backoff:     o.Backoff,
 		keepAlive:   o.KeepAlive,
 		downFresh:   o.DownFreshness,
 		log:         o.Log,
 		ratio:       newRatio(),
+	}
+	if c.idle == 0 {
+		c.idle = c.timeout
 	}
 	if c.downFresh == 0 {
 		c.downFresh = DefaultDownFreshness
@@ -194,17 +208,26 @@ func (u *Usage) Add(o Usage) {
 	u.ModelTime += o.ModelTime
 }
 
-// Chat sends one non-streaming chat request with format as the JSON Schema
-// the reply must follow (none when format is empty). Overload (429, 503) and
-// refused connections are retried with exponential backoff, except a refused
-// connection while the server is known to be down (see DownFreshness).
+// Chat sends one chat request with format as the JSON Schema the reply must
+// follow (none when format is empty) and returns the whole reply. Overload
+// (429, 503) and refused connections are retried with exponential backoff,
+// except a refused connection while the server is known to be down (see
+// DownFreshness).
 func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.RawMessage) (Reply, error) {
+	return c.ChatStream(ctx, msgs, format, nil)
+}
+
+// ChatStream is Chat that also hands each piece of the reply's content to
+// onPiece (when not nil) as it arrives, in order, on the caller's goroutine.
+// The pieces of a call that then fails have been handed all the same; a
+// retried attempt (overload, refused) never sent any.
+func (c *Client) ChatStream(ctx context.Context, msgs []convo.Message, format json.RawMessage, onPiece func(string)) (Reply, error) {
 	req, err := c.request(msgs, format)
 	if err != nil {
 		return Reply{}, err
 	}
 	total, fresh := c.ratio.sent(msgs)
-	reply, err := c.chat(ctx, req)
+	reply, err := c.chat(ctx, req, onPiece)
 	c.observe(err)
 	switch {
 	case err == nil:
@@ -215,10 +238,10 @@ func (c *Client) Chat(ctx context.Context, msgs []convo.Message, format json.Raw
 	return reply, err
 }
 
-func (c *Client) chat(ctx context.Context, req *api.ChatRequest) (Reply, error) {
+func (c *Client) chat(ctx context.Context, req *api.ChatRequest, onPiece func(string)) (Reply, error) {
 	delay := c.backoff
 	for attempt := 1; ; attempt++ {
-		reply, err := c.chatOnce(ctx, req)
+		reply, err := c.chatOnce(ctx, req, onPiece)
 		if err == nil {
 			return reply, nil
 		}
@@ -256,7 +279,7 @@ func (c *Client) check(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return c.ctxErr(ctx, "model check")
 	case pastDeadline(callCtx):
-		return c.timedOut()
+		return c.timedOut(&timeout{setting: "MMCP_LLM_TIMEOUT", after: c.timeout})
 	}
 	return c.explain("model check", err, 1)
 }
@@ -285,7 +308,9 @@ func (c *Client) request(msgs []convo.Message, format json.RawMessage) (*api.Cha
 		}
 		out[i] = api.Message{Role: role, Content: m.Content}
 	}
-	stream := false // a nil Stream means streaming
+	// Streamed, so that the reply can be shown as it is written and a
+	// model that keeps writing is bounded by its silences, not its length.
+	stream := true
 	// Ollama's defaults cut silently: truncate drops the oldest messages
 	// of a prompt longer than num_ctx, shift drops the start of the
 	// context when a reply reaches its end. Off, the first is an error
@@ -328,11 +353,13 @@ func wireRole(r convo.Role) (string, error) {
 	return "", fmt.Errorf("unknown role %q", r)
 }
 
-func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, error) {
+func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest, onPiece func(string)) (Reply, error) {
 	// Cancelling this context drops the connection: the rest of a reply that
-	// is too large is never read.
-	callCtx, cancel := c.callContext(ctx)
-	defer cancel()
+	// is too large, or too slow, is never read.
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := c.watch(cancel)
+	defer watch.stop()
 	var overBody atomic.Bool
 	callCtx = context.WithValue(callCtx, bodyCapKey{}, &overBody)
 
@@ -344,13 +371,17 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 		final    api.ChatResponse
 	)
 	err := c.api.Chat(callCtx, req, func(r api.ChatResponse) error {
+		watch.piece()
 		chunks++
 		if content.Len()+len(r.Message.Content) > MaxReplyBytes {
 			overCaps = true
-			cancel()
+			cancel(errTooLarge)
 			return errTooLarge
 		}
 		content.WriteString(r.Message.Content)
+		if onPiece != nil && r.Message.Content != "" {
+			onPiece(r.Message.Content)
+		}
 		if r.Done {
 			done = true
 			final = r
@@ -359,15 +390,16 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 	})
 	// The api client's line scanner ends quietly on a read error, so the
 	// body cap is known by its flag, not by err.
+	var late *timeout
 	switch {
 	case overCaps:
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes (%d KiB) of content, the most a reply may have", MaxReplyBytes, MaxReplyBytes>>10))
 	case overBody.Load():
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes of response body, the most a reply of %d bytes (%d KiB) of content may take", maxBodyBytes, MaxReplyBytes, MaxReplyBytes>>10))
-	case ctx.Err() == nil && pastDeadline(callCtx):
+	case ctx.Err() == nil && errors.As(context.Cause(callCtx), &late):
 		// Whatever the api client made of the cut body (nothing, or a
 		// partial line), the reply did not come in time.
-		return Reply{}, c.timedOut()
+		return Reply{}, c.timedOut(late)
 	case err != nil:
 		return Reply{}, err
 	}
@@ -389,6 +421,59 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest) (Reply, err
 			ModelTime:        final.TotalDuration,
 		},
 	}, nil
+}
+
+// timeout is the cause a chat's watchdog cancels it with: which setting's
+// bound passed, and after how many pieces.
+type timeout struct {
+	setting string
+	after   time.Duration
+	pieces  int
+}
+
+func (t *timeout) Error() string { return t.setting + " passed" }
+
+// watchdog cuts a streamed chat that is silent too long: Timeout until the
+// first piece (the prompt is being read, the model perhaps loaded), then
+// IdleTimeout between pieces. A model that keeps writing is never cut: its
+// length is bounded by the reply caps and num_ctx, not by a clock.
+type watchdog struct {
+	c      *Client
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	pieces atomic.Int64
+}
+
+func (c *Client) watch(cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{c: c, cancel: cancel}
+	if c.timeout > 0 {
+		w.timer = time.AfterFunc(c.timeout, w.fire)
+	}
+	return w
+}
+
+func (w *watchdog) fire() {
+	n := int(w.pieces.Load())
+	if n == 0 {
+		w.cancel(&timeout{setting: "MMCP_LLM_TIMEOUT", after: w.c.timeout})
+		return
+	}
+	w.cancel(&timeout{setting: "MMCP_LLM_IDLE_TIMEOUT", after: w.c.idle, pieces: n})
+}
+
+// piece restarts the idle bound. A timer that already fired stays fired: the
+// call is cancelled, and this piece is the last one read.
+func (w *watchdog) piece() {
+	w.pieces.Add(1)
+	if w.timer != nil && w.c.idle > 0 {
+		w.timer.Reset(w.c.idle)
+	}
+}
+
+func (w *watchdog) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // transport keeps connections to Ollama for reuse: the default keeps only two

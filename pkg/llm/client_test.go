@@ -141,8 +141,8 @@ func TestChatRequestOnTheWire(t *testing.T) {
 			if req.Model != model {
 				t.Errorf("model = %q, want %q", req.Model, model)
 			}
-			if req.Stream == nil || *req.Stream {
-				t.Errorf("stream = %v, want an explicit false", req.Stream)
+			if req.Stream == nil || !*req.Stream {
+				t.Errorf("stream = %v, want an explicit true", req.Stream)
 			}
 			if string(req.Format) != string(tt.format) {
 				t.Errorf("format = %s, want %s", req.Format, tt.format)

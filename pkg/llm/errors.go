@@ -35,10 +35,11 @@ var (
 	// terminated", 502, 504): the message quotes what it said. It is an
 	// ErrBadResponse: the server maps both to model_error.
 	ErrServerError = fmt.Errorf("%w: server error", ErrBadResponse)
-	// ErrTimeout means the model did not finish its reply within the call's
-	// timeout (Options.Timeout, MMCP_LLM_TIMEOUT), whether nothing came or
-	// the reply came too slowly: the server is there, but slower than the
-	// setting allows. It is not retried, and it is not ErrUnavailable.
+	// ErrTimeout means the model sent nothing within Options.Timeout
+	// (MMCP_LLM_TIMEOUT) of the call's start, or then stopped for longer
+	// than Options.IdleTimeout (MMCP_LLM_IDLE_TIMEOUT) between two pieces:
+	// the server is there, but slower than the settings allow. It is not
+	// retried, and it is not ErrUnavailable.
 	ErrTimeout = errors.New("model timed out")
 	// ErrContextTooLong means Ollama refused the prompt as longer than the
 	// model's context (num_ctx): the client asks it never to cut a prompt
@@ -86,14 +87,16 @@ func (c *Client) tooLarge(what string) error {
 	}
 }
 
-// timedOut is the error of a call that passed the client's timeout. It names
-// the setting, since raising it is the fix on a slow machine.
-func (c *Client) timedOut() error {
-	return &llmError{
-		msg: fmt.Sprintf("the model %q on Ollama at %s did not answer within %s (MMCP_LLM_TIMEOUT); a slow machine, or a model still loading, may need more",
-			c.model, c.host, seconds(c.timeout)),
-		kind: ErrTimeout,
+// timedOut is the error of a call that passed one of the client's timeouts.
+// It names the setting, since raising it is the fix on a slow machine.
+func (c *Client) timedOut(t *timeout) error {
+	msg := fmt.Sprintf("the model %q on Ollama at %s did not answer within %s (%s); a slow machine, or a model still loading, may need more",
+		c.model, c.host, seconds(t.after), t.setting)
+	if t.pieces > 0 {
+		msg = fmt.Sprintf("the model %q on Ollama at %s sent nothing for %s (%s) after %d pieces of its reply; a slow machine may need more",
+			c.model, c.host, seconds(t.after), t.setting, t.pieces)
 	}
+	return &llmError{msg: msg, kind: ErrTimeout}
 }
 
 // seconds writes a whole number of seconds as the settings are usually
