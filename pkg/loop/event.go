@@ -16,7 +16,18 @@ type EventType string
 
 // The events of a turn, in the order they can occur within a step.
 const (
-	EventStepStart       EventType = "step_start"
+	EventStepStart EventType = "step_start"
+	// EventThoughtDelta carries the thought's text decoded since the last
+	// one (Text), while the model writes its reply; any action.
+	EventThoughtDelta EventType = "thought_delta"
+	// EventAnswerDelta carries the answer's new text (Text) once the reply
+	// is known to be a final_response, while the model writes it.
+	EventAnswerDelta EventType = "answer_delta"
+	// EventAnswerRetracted says that the thought and answer deltas of this
+	// step's attempt (Attempt) are void: the reply turned out invalid, or
+	// could not be followed. The model is asked again as usual; only the
+	// deltas of a valid reply, and its final event, count.
+	EventAnswerRetracted EventType = "answer_retracted"
 	EventModelReply      EventType = "model_reply"
 	EventValidationError EventType = "validation_error"
 	EventToolStart       EventType = "tool_start"
@@ -43,8 +54,10 @@ type Event struct {
 	Observation string          `json:"observation,omitempty"`
 	Problems    []string        `json:"problems,omitempty"`
 	Answer      string          `json:"answer,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	Duration    time.Duration   `json:"duration_ns,omitempty"`
+	// Text is the new text of a thought_delta or answer_delta.
+	Text     string        `json:"text,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Usage is the model call's, on model_reply events.
 	Usage *llm.Usage `json:"usage,omitempty"`
 	// The prompt's sizes in characters, on context_overflow events: the

@@ -23,6 +23,13 @@ type Model interface {
 	Chat(ctx context.Context, msgs []convo.Message, format json.RawMessage) (llm.Reply, error)
 }
 
+// Streamer is a Model that can also hand over its reply's pieces as they
+// arrive (llm.Client is one): the loop then previews the thought and the
+// answer as they are written (see preview.go).
+type Streamer interface {
+	ChatStream(ctx context.Context, msgs []convo.Message, format json.RawMessage, onPiece func(string)) (llm.Reply, error)
+}
+
 // Tools is what the model can act with.
 type Tools interface {
 	// Tools lists every known tool, with why it is disabled where it is.
@@ -342,9 +349,11 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 	var modelTime time.Duration
 	for attempt := 0; ; attempt++ {
 		callStart := time.Now()
-		reply, err := t.ask(ctx, n, p, extra)
+		pv := t.preview(n, attempt)
+		reply, err := t.ask(ctx, n, p, extra, pv.piece)
 		modelTime += time.Since(callStart)
 		if err != nil {
+			pv.end(false)
 			return schema.Decision{}, attempt, modelTime, err
 		}
 		t.res.Usage.Add(reply.Usage)
@@ -353,6 +362,7 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 		// Decoded before the event, so that the event says what the model
 		// decided (nothing, when the reply is invalid).
 		d, err := decodeSafely(p.union, reply.Content)
+		pv.end(err == nil)
 		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Duration: took, Usage: &reply.Usage})
 		if err == nil {
 			return d, attempt, modelTime, nil
@@ -378,11 +388,12 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 	}
 }
 
-// ask sends the step's prompt with extra after it. The window counts
+// ask sends the step's prompt with extra after it, handing the reply's
+// pieces to onPiece as they come when the model streams. The window counts
 // characters and Ollama tokens: when Ollama refuses the prompt as longer than
 // the model's context, the budget becomes shrinkPercent of what was sent, for
 // the rest of the step, and the call is made once more.
-func (t *turn) ask(ctx context.Context, n int, p *prompt, extra []convo.Message) (llm.Reply, error) {
+func (t *turn) ask(ctx context.Context, n int, p *prompt, extra []convo.Message, onPiece func(string)) (llm.Reply, error) {
 	for {
 		msgs, err := t.window(p, extra)
 		var oe *convo.OverflowError
@@ -392,7 +403,7 @@ func (t *turn) ask(ctx context.Context, n int, p *prompt, extra []convo.Message)
 		case err != nil:
 			return llm.Reply{}, fmt.Errorf("step %d: building the prompt: %w", n, err)
 		}
-		reply, err := t.Model.Chat(ctx, msgs, p.union.Format())
+		reply, err := t.chat(ctx, msgs, p.union.Format(), onPiece)
 		switch {
 		case err == nil:
 			return reply, nil
@@ -410,6 +421,14 @@ func (t *turn) ask(ctx context.Context, n int, p *prompt, extra []convo.Message)
 			slog.String("error", err.Error()),
 		)
 	}
+}
+
+// chat calls the model, streamed when it can be.
+func (t *turn) chat(ctx context.Context, msgs []convo.Message, format json.RawMessage, onPiece func(string)) (llm.Reply, error) {
+	if s, ok := t.Model.(Streamer); ok && onPiece != nil {
+		return s.ChatStream(ctx, msgs, format, onPiece)
+	}
+	return t.Model.Chat(ctx, msgs, format)
 }
 
 // overflow says, in the log and in an event, that the turn cannot go on

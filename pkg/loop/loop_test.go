@@ -102,7 +102,7 @@ func TestAnswerAtOnce(t *testing.T) {
 		t.Errorf("usage = %+v", res.Usage)
 	}
 	req := fake.Requests()[0]
-	if req.Model != "test-model" || req.Stream == nil || *req.Stream || len(req.Tools) != 0 {
+	if req.Model != "test-model" || req.Stream == nil || !*req.Stream || len(req.Tools) != 0 {
 		t.Errorf("request: model %q stream %v tools %d", req.Model, req.Stream, len(req.Tools))
 	}
 	if req.Messages[0].Role != "system" || !strings.Contains(req.Messages[0].Content, "- tmdb_search: Search TMDB") {
@@ -481,8 +481,8 @@ func TestEventsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []loop.EventType{
-		loop.EventStepStart, loop.EventModelReply, loop.EventValidationError, loop.EventModelReply, loop.EventToolStart, loop.EventToolEnd,
-		loop.EventStepStart, loop.EventModelReply, loop.EventFinal,
+		loop.EventStepStart, loop.EventModelReply, loop.EventValidationError, loop.EventThoughtDelta, loop.EventModelReply, loop.EventToolStart, loop.EventToolEnd,
+		loop.EventStepStart, loop.EventThoughtDelta, loop.EventAnswerDelta, loop.EventModelReply, loop.EventFinal,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("events = %v\nwant     %v", got, want)

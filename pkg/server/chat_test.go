@@ -174,7 +174,7 @@ func TestSSE(t *testing.T) {
 			last = d
 		}
 	}
-	want := []string{"start", "step_start", "model_reply", "validation_error", "model_reply", "final", "done"}
+	want := []string{"start", "step_start", "model_reply", "validation_error", "thought_delta", "answer_delta", "model_reply", "final", "done"}
 	if !slices.Equal(events, want) {
 		t.Errorf("events = %v\nwant     %v", events, want)
 	}

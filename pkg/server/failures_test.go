@@ -286,6 +286,8 @@ func TestStreamEvents(t *testing.T) {
 		"tool_end":       {"type", "trace_id", "step", "action", "observation", "duration_ns"},
 		"action_request": {"type", "trace_id", "session_id", "approval_id", "step", "action", "args", "explanation"},
 		"final":          {"type", "trace_id", "step", "thought", "answer"},
+		"thought_delta":  {"type", "trace_id", "step", "text"},
+		"answer_delta":   {"type", "trace_id", "step", "text"},
 		"done":           {"type", "trace_id", "session_id", "steps", "usage"},
 		"error":          {"error", "trace_id"},
 	}
@@ -326,7 +328,7 @@ func TestStreamEvents(t *testing.T) {
 	t.Run("answer after a tool", func(t *testing.T) {
 		e.fake.Push(call("tmdb_search", `{"query":"Dune"}`, "look it up"), final("Dune (2021)"))
 		got := read(t, "/v1/chat", `{"message":"find Dune"}`,
-			"start", "step_start", "model_reply", "tool_start", "tool_end", "step_start", "model_reply", "final", "done")
+			"start", "step_start", "thought_delta", "model_reply", "tool_start", "tool_end", "step_start", "thought_delta", "answer_delta", "model_reply", "final", "done")
 		if got["final"]["answer"] != "Dune (2021)" || got["tool_end"]["observation"] != "Dune (2021), id 438631" {
 			t.Errorf("final %v, tool_end %v", got["final"], got["tool_end"])
 		}
@@ -335,7 +337,7 @@ func TestStreamEvents(t *testing.T) {
 	t.Run("action request, then its answer", func(t *testing.T) {
 		e.fake.Push(call("radarr_add", `{"query":"Dune"}`, "Add **Dune** from [here](http://evil.example)"))
 		got := read(t, "/v1/chat", `{"message":"add Dune"}`,
-			"start", "step_start", "model_reply", "action_request", "done")
+			"start", "step_start", "thought_delta", "model_reply", "action_request", "done")
 		ar, done := got["action_request"], got["done"]
 		for _, k := range []string{"approval_id", "explanation", "session_id"} {
 			if ar[k] != done[k] {
@@ -348,7 +350,7 @@ func TestStreamEvents(t *testing.T) {
 		e.fake.Push(final("Added."))
 		body, _ := json.Marshal(map[string]any{"session_id": done["session_id"], "approval_id": ar["approval_id"], "decision": "approve"})
 		got = read(t, "/v1/chat/respond", string(body),
-			"start", "tool_start", "tool_end", "step_start", "model_reply", "final", "done")
+			"start", "tool_start", "tool_end", "step_start", "thought_delta", "answer_delta", "model_reply", "final", "done")
 		if got["start"]["session_id"] != done["session_id"] {
 			t.Errorf("the resumed stream starts with session %v, want %v", got["start"]["session_id"], done["session_id"])
 		}
