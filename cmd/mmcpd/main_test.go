@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,21 +185,32 @@ func (s *syncBuffer) String() string {
 // startDaemon starts the daemon and waits until it answers /healthz.
 func startDaemon(t *testing.T, env []string) (addr string, logs *syncBuffer, cmd *exec.Cmd) {
 	t.Helper()
-	addr = freeAddr(t)
 	logs = &syncBuffer{}
-	cmd = command(append(env, "MMCP_LISTEN_ADDR="+addr, "MMCP_LOG_FORMAT=json"), "serve")
+	// Port 0: the daemon takes a free port itself and logs it. A port
+	// picked here and freed for the daemon could be taken meanwhile by any
+	// other test's server, which would then answer in its place.
+	cmd = command(append(env, "MMCP_LISTEN_ADDR=127.0.0.1:0", "MMCP_LOG_FORMAT=json"), "serve")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	listening := regexp.MustCompile(`"msg":"mmcpd listening","addr":"([^"]+)"`)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return addr, logs, cmd
+		if m := listening.FindStringSubmatch(logs.String()); m != nil && addr == "" {
+			addr = m[1]
 		}
-		if time.Now().After(deadline) {
+		if addr != "" {
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 && strings.Contains(string(body), `"status":"ok"`) {
+					return addr, logs, cmd
+				}
+			}
+		}
+		if time.Now().After(deadline) || strings.Contains(logs.String(), "mmcpd serve: ") {
 			t.Fatalf("daemon did not come up:\n%s", logs)
 		}
 	}
