@@ -216,7 +216,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		st.done()
 		return
 	}
-	st.delta(Delta{Content: openAIAnswer(res)}, nil)
+	st.answer(openAIAnswer(res))
 	stop := "stop"
 	st.delta(Delta{}, &stop)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -425,10 +425,19 @@ func (s *Server) decodeOpenAI(w http.ResponseWriter, r *http.Request, v any) boo
 }
 
 // completionStream writes a streamed completion as OpenAI's Server-Sent
-// Events: data lines only (and heartbeats), ended by data: [DONE].
+// Events: data lines only (and heartbeats), ended by data: [DONE]. Its
+// progress runs on the turn's goroutine, the rest after the turn: never
+// both at once.
 type completionStream struct {
 	sse  *sseWriter
 	base CompletionChunk
+	// thinking: a thought is being streamed into the reasoning, its
+	// paragraph still open.
+	thinking bool
+	// streamed is the answer sent as content since the last retraction;
+	// withdrawn says an answer was sent and then retracted.
+	streamed  strings.Builder
+	withdrawn bool
 }
 
 func (c *completionStream) delta(d Delta, finish *string) {
@@ -449,12 +458,83 @@ func (c *completionStream) done() {
 	c.sse.write("data: [DONE]\n\n")
 }
 
-// progress sends what the turn does as reasoning_content deltas, so that the
-// answer's content holds the answer only.
+// progress sends what the turn does as reasoning_content deltas, and the
+// answer as content deltas while the model writes it. An OpenAI stream cannot
+// take back what it sent: when the loop retracts an attempt, the reasoning
+// says so, and so does the content if an answer was in it; the corrected
+// answer follows there.
 func (c *completionStream) progress(e loop.Event) {
+	switch e.Type {
+	case loop.EventThoughtDelta:
+		text := e.Text
+		if !c.thinking {
+			c.thinking = true
+			text = fmt.Sprintf("Step %d: %s", e.Step, strings.TrimLeft(text, " \t\r\n"))
+		}
+		if text != "" {
+			c.delta(Delta{ReasoningContent: text}, nil)
+		}
+		return
+	case loop.EventAnswerDelta:
+		// Reasoning goes before the content, never after it.
+		c.endThought()
+		c.streamed.WriteString(e.Text)
+		c.delta(Delta{Content: e.Text}, nil)
+		return
+	case loop.EventAnswerRetracted:
+		c.retract()
+		return
+	case loop.EventModelReply:
+		if e.Action != "" && c.streamed.Len() > 0 {
+			return // the thought's paragraph ended where the answer began
+		}
+		if c.endThought() {
+			return // the thought was streamed: not again
+		}
+	}
 	if text := reasoning(e); text != "" {
 		c.delta(Delta{ReasoningContent: text}, nil)
 	}
+}
+
+// endThought ends the paragraph of a thought being streamed, and reports
+// whether there was one.
+func (c *completionStream) endThought() bool {
+	if !c.thinking {
+		return false
+	}
+	c.thinking = false
+	c.delta(Delta{ReasoningContent: "\n\n"}, nil)
+	return true
+}
+
+// retract says that what was streamed of an attempt does not count.
+func (c *completionStream) retract() {
+	c.thinking = false
+	c.delta(Delta{ReasoningContent: "\n\n(That reply was not valid: what it said is withdrawn.)\n\n"}, nil)
+	if c.streamed.Len() > 0 {
+		c.streamed.Reset()
+		c.withdrawn = true
+		c.delta(Delta{Content: "\n\n" + withdrawnNote + "\n\n"}, nil)
+	}
+}
+
+// withdrawnNote follows, in the content, an answer that was streamed and then
+// found invalid: the client keeps what it was sent, so the reader is told.
+const withdrawnNote = "*(The answer above was not valid and is withdrawn; the corrected answer follows.)*"
+
+// answer sends the turn's answer as content, unless it went out already as
+// the model wrote it.
+func (c *completionStream) answer(text string) {
+	if c.streamed.Len() > 0 && c.streamed.String() == text {
+		return
+	}
+	if c.streamed.Len() > 0 {
+		// Not what was streamed (it should be): say so rather than glue
+		// the two together.
+		c.delta(Delta{Content: "\n\n" + withdrawnNote + "\n\n"}, nil)
+	}
+	c.delta(Delta{Content: text}, nil)
 }
 
 // resultChars bounds the tool arguments, results and problems shown in the

@@ -115,7 +115,7 @@ func TestOpenAIStreamRaw(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	s := string(body)
-	if !strings.HasPrefix(s, `data: {"id":"chatcmpl-`) || !strings.Contains(s, `{"reasoning_content":"Step 1: t\n\n"}`) || !strings.HasSuffix(s, "data: [DONE]\n\n") || strings.Contains(s, `"usage"`) {
+	if !strings.HasPrefix(s, `data: {"id":"chatcmpl-`) || !strings.Contains(s, `{"reasoning_content":"Step 1: t"}`) || !strings.Contains(s, `{"reasoning_content":"\n\n"}`) || !strings.Contains(s, `{"content":"ok"}`) || !strings.HasSuffix(s, "data: [DONE]\n\n") || strings.Contains(s, `"usage"`) {
 		t.Errorf("stream:\n%s", s)
 	}
 }

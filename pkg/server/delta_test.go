@@ -1,0 +1,138 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go"
+
+	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
+)
+
+// tokenByToken makes the fake model write its replies 4 characters at a
+// time, quickly, as Ollama streams them.
+var tokenByToken = ollamatest.Cost{GenRate: 2000, CharsPerToken: 4}
+
+// badAnswer is a reply whose JSON is whole but carries a field the
+// envelope does not have: its answer streams, then it fails validation.
+var badAnswer = ollamatest.Reply{Content: `{"thought":"t","action":"final_response","args":{"answer":"   -"},"extra":1}`}
+
+// TestStreamDeltas reads a streamed turn over HTTP: the thought and the
+// answer arrive as deltas while the model writes, before model_reply and
+// final; the answer deltas make the answer; an attempt shown and then found
+// invalid is retracted, and the re-asked reply streams in its place.
+func TestStreamDeltas(t *testing.T) {
+	const answer = "Dune (2021) is in your library, in 4K."
+	tests := []struct {
+		name    string
+		script  []ollamatest.Reply
+		want    []string // a run of one delta kind counted once
+		retract int      // answer_retracted events
+	}{
+		{name: "answer", script: []ollamatest.Reply{final(answer)},
+			want: []string{"start", "step_start", "thought_delta", "answer_delta", "model_reply", "final", "done"}},
+		{name: "retracted, then asked again", script: []ollamatest.Reply{badAnswer, final(answer)}, retract: 1,
+			want: []string{"start", "step_start", "thought_delta", "answer_delta", "answer_retracted", "model_reply", "validation_error",
+				"thought_delta", "answer_delta", "model_reply", "final", "done"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := start(t, "", tt.script...)
+			e.fake.SetCost(tokenByToken)
+			resp, events := e.stream(t, "/v1/chat", `{"message":"is Dune there?"}`)
+			var names []string
+			var streamed strings.Builder
+			deltas, retracts := 0, 0
+			for _, ev := range events {
+				var d struct {
+					Text    string `json:"text"`
+					TraceID string `json:"trace_id"`
+				}
+				if err := json.Unmarshal(ev.data, &d); err != nil {
+					t.Fatal(err)
+				}
+				if d.TraceID != resp.Header.Get("X-Trace-Id") {
+					t.Errorf("%s: trace id %q", ev.name, d.TraceID)
+				}
+				switch ev.name {
+				case "answer_delta":
+					deltas++
+					streamed.WriteString(d.Text)
+				case "answer_retracted":
+					retracts++
+					streamed.Reset()
+				}
+				if n := len(names); n == 0 || names[n-1] != ev.name || !strings.HasSuffix(ev.name, "_delta") {
+					names = append(names, ev.name)
+				}
+			}
+			if !slices.Equal(names, tt.want) {
+				t.Errorf("events = %v\nwant     %v", names, tt.want)
+			}
+			if streamed.String() != answer || retracts != tt.retract {
+				t.Errorf("answer deltas make %q after %d retractions; want %q after %d", streamed.String(), retracts, answer, tt.retract)
+			}
+			if deltas < 5 {
+				t.Errorf("%d answer deltas, want about one a token", deltas)
+			}
+		})
+	}
+}
+
+// TestOpenAIStreamsAnswer: through the OpenAI client, the answer arrives in
+// many content chunks as it is written, and the thought in reasoning chunks
+// before it. A retracted answer cannot be taken back there: the content says
+// it is withdrawn, and the corrected answer follows.
+func TestOpenAIStreamsAnswer(t *testing.T) {
+	const answer = "Dune (2021) is in your library, in 4K."
+	tests := []struct {
+		name   string
+		script []ollamatest.Reply
+		want   string // the whole content
+	}{
+		{name: "answer", script: []ollamatest.Reply{final(answer)}, want: answer},
+		{name: "retracted", script: []ollamatest.Reply{badAnswer, final(answer)},
+			want: "   -\n\n*(The answer above was not valid and is withdrawn; the corrected answer follows.)*\n\n" + answer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := start(t, "", tt.script...)
+			e.fake.SetCost(tokenByToken)
+			stream := openaiClient(e, "").Chat.Completions.NewStreaming(context.Background(), params(openai.UserMessage("is dune there?")))
+			defer stream.Close()
+			var content, reasoning strings.Builder
+			contentChunks := 0
+			for stream.Next() {
+				for _, choice := range stream.Current().Choices {
+					if choice.Delta.Content != "" {
+						contentChunks++
+						content.WriteString(choice.Delta.Content)
+					}
+					if r, ok := choice.Delta.JSON.ExtraFields["reasoning_content"]; ok {
+						var s string
+						_ = json.Unmarshal([]byte(r.Raw()), &s)
+						if contentChunks > 0 && tt.name == "answer" {
+							t.Errorf("reasoning %q after the content", s)
+						}
+						reasoning.WriteString(s)
+					}
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if content.String() != tt.want {
+				t.Errorf("content = %q\nwant      %q", content.String(), tt.want)
+			}
+			if contentChunks < 5 {
+				t.Errorf("%d content chunks, want the answer as it was written", contentChunks)
+			}
+			if !strings.HasPrefix(reasoning.String(), "Step 1: t") {
+				t.Errorf("reasoning = %q", reasoning.String())
+			}
+		})
+	}
+}
