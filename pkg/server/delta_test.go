@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go"
 
+	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 )
 
@@ -132,6 +134,43 @@ func TestOpenAIStreamsAnswer(t *testing.T) {
 			}
 			if !strings.HasPrefix(reasoning.String(), "Step 1: t") {
 				t.Errorf("reasoning = %q", reasoning.String())
+			}
+		})
+	}
+}
+
+// TestSteadyModelNotCut: a model that writes a token every 200 ms for longer
+// than MMCP_LLM_TIMEOUT answers, since only its silences are bounded (by
+// MMCP_LLM_IDLE_TIMEOUT once it has begun); one silent from the start is cut
+// at MMCP_LLM_TIMEOUT, one that stops midway at MMCP_LLM_IDLE_TIMEOUT.
+func TestSteadyModelNotCut(t *testing.T) {
+	const answer = "ok"
+	steady := ollamatest.Cost{GenRate: 5, CharsPerToken: 16} // 5 tokens, 1 s
+	tests := []struct {
+		name       string
+		reply      ollamatest.Reply
+		idle       time.Duration
+		wantStatus int
+		wantText   string
+	}{
+		{name: "steady", reply: final(answer), idle: time.Second, wantStatus: 200},
+		{name: "silent", reply: ollamatest.Reply{Content: final(answer).Content, Delay: 5 * time.Second}, idle: time.Second,
+			wantStatus: 504, wantText: "did not answer within 300ms (MMCP_LLM_TIMEOUT)"},
+		{name: "stops midway", reply: final(answer), idle: 100 * time.Millisecond,
+			wantStatus: 504, wantText: "sent nothing for 100ms (MMCP_LLM_IDLE_TIMEOUT)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startWith(t, options{model: func(o *llm.Options) { o.Timeout, o.IdleTimeout = 300*time.Millisecond, tt.idle }}, tt.reply)
+			e.fake.SetCost(steady)
+			began := time.Now()
+			resp, body := e.do(t, "POST", "/v1/chat", `{"message":"hi"}`)
+			took := time.Since(began)
+			if resp.StatusCode != tt.wantStatus || !strings.Contains(string(body), tt.wantText) {
+				t.Fatalf("%d %s; want %d saying %q", resp.StatusCode, body, tt.wantStatus, tt.wantText)
+			}
+			if tt.wantStatus == 200 && took < 300*time.Millisecond {
+				t.Errorf("took %s, want longer than MMCP_LLM_TIMEOUT", took)
 			}
 		})
 	}
