@@ -162,6 +162,10 @@ type turnPrinter struct {
 	steps          bool
 	status         *statusLine // nil when stdout or stderr is no terminal
 	printed        bool        // a step was printed: a blank line before the answer
+	// answer is the answer text printed so far, as the model writes it;
+	// answering says it is being printed now.
+	answer    strings.Builder
+	answering bool
 }
 
 // newTurnPrinter prints to stdout and stderr; call end when the turn is over.
@@ -185,6 +189,14 @@ func (p *turnPrinter) event(ev event) {
 		return // an event this client does not know
 	}
 	switch e.Type {
+	case loop.EventAnswerDelta:
+		p.streamAnswer(e.Step, e.Text)
+		return
+	case loop.EventAnswerRetracted:
+		p.retractAnswer()
+		return
+	}
+	switch e.Type {
 	case loop.EventStepStart, loop.EventValidationError:
 		p.status.show("waiting on the model")
 	case loop.EventToolStart:
@@ -199,6 +211,9 @@ func (p *turnPrinter) event(ev event) {
 	case loop.EventModelReply:
 		if e.Action == "" {
 			return // an invalid reply: its validation_error follows
+		}
+		if p.answering {
+			return // the answer is on the screen already, after its step line
 		}
 		p.line("step %d: %s %s (model %s)", e.Step, e.Action, oneLine(string(e.Args), resultChars), e.Duration.Round(time.Millisecond))
 		if e.Thought != "" {
@@ -221,6 +236,36 @@ func (p *turnPrinter) line(format string, args ...any) {
 	p.printed = true
 }
 
+// streamAnswer prints the answer's next piece as the model writes it.
+func (p *turnPrinter) streamAnswer(step int, text string) {
+	if !p.answering {
+		p.status.clear()
+		if p.steps {
+			p.line("step %d: final_response", step)
+		}
+		if p.printed {
+			fmt.Fprintln(p.stdout)
+		}
+		p.answering = true
+	}
+	fmt.Fprint(p.stdout, text)
+	p.answer.WriteString(text)
+}
+
+// retractAnswer ends an answer the daemon found invalid after printing it:
+// what is on the screen cannot be taken back, so it is said to be withdrawn,
+// and the corrected answer follows.
+func (p *turnPrinter) retractAnswer() {
+	if !p.answering {
+		return
+	}
+	fmt.Fprintln(p.stdout)
+	fmt.Fprintln(p.stderr, "(that answer was not valid and is withdrawn; the model is asked again)")
+	p.answer.Reset()
+	p.answering = false
+	p.printed = true
+}
+
 // end erases the status line for good; the turn is over.
 func (p *turnPrinter) end() {
 	p.status.stop()
@@ -230,7 +275,15 @@ func (p *turnPrinter) end() {
 // it.
 func (p *turnPrinter) outcome(res *server.ChatResponse) {
 	p.end()
-	if p.printed {
+	if p.answering && res.Type != server.TypeActionRequest && p.answer.String() == res.Answer {
+		fmt.Fprintln(p.stdout) // printed as it was written
+		fmt.Fprintf(p.stderr, "(session %s, trace %s)\n", res.SessionID, res.TraceID)
+		return
+	}
+	if p.answering {
+		fmt.Fprintln(p.stdout)
+	}
+	if p.printed || p.answering {
 		fmt.Fprintln(p.stdout)
 	}
 	stdout := p.stdout

@@ -77,6 +77,47 @@ func TestLiveTurns(t *testing.T) {
 		}
 	})
 
+	t.Run("chat prints the answer as the model writes it", func(t *testing.T) {
+		// 10 tokens a second: the envelope's start takes about 1.5 s, the
+		// answer's 80 characters about 2 s more.
+		fake.SetCost(ollamatest.Cost{GenRate: 10})
+		defer fake.SetCost(ollamatest.Cost{})
+		const text = "It is noon, and the sun stands high over the quiet town; nothing is downloading."
+		fake.Push(answer(text))
+		cmd := command(env, "chat", "what time is it?")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = io.Discard
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		var first time.Time // when the answer's first bytes were printed
+		buf := make([]byte, 64)
+		for {
+			n, err := stdout.Read(buf)
+			if n > 0 && first.IsZero() {
+				first = time.Now()
+			}
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		end := time.Now()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("chat: %v\n%s", err, got)
+		}
+		if strings.TrimSpace(string(got)) != text {
+			t.Errorf("chat printed %q, want the answer once", got)
+		}
+		if end.Sub(first) < time.Second {
+			t.Errorf("the answer's first bytes came %s before its end: not printed as it was written", end.Sub(first))
+		}
+	})
+
 	t.Run("heartbeats while the model is slow", func(t *testing.T) {
 		fake.Push(later(answer("Slow."), slow))
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat", strings.NewReader(`{"message":"hi"}`))

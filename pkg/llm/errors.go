@@ -93,8 +93,12 @@ func (c *Client) timedOut(t *timeout) error {
 	msg := fmt.Sprintf("the model %q on Ollama at %s did not answer within %s (%s); a slow machine, or a model still loading, may need more",
 		c.model, c.host, seconds(t.after), t.setting)
 	if t.pieces > 0 {
-		msg = fmt.Sprintf("the model %q on Ollama at %s sent nothing for %s (%s) after %d pieces of its reply; a slow machine may need more",
-			c.model, c.host, seconds(t.after), t.setting, t.pieces)
+		pieces := fmt.Sprintf("%d pieces", t.pieces)
+		if t.pieces == 1 {
+			pieces = "the first piece"
+		}
+		msg = fmt.Sprintf("the model %q on Ollama at %s sent nothing for %s (%s) after %s of its reply; a slow machine may need more",
+			c.model, c.host, seconds(t.after), t.setting, pieces)
 	}
 	return &llmError{msg: msg, kind: ErrTimeout}
 }

@@ -53,7 +53,7 @@ func TestChatIdleTimeout(t *testing.T) {
 		{name: "silent from the start", reply: ollamatest.Reply{Content: content, Delay: 10 * time.Second},
 			timeout: 300 * time.Millisecond, idle: time.Second, want: "did not answer within 300ms (MMCP_LLM_TIMEOUT)"},
 		{name: "silent between pieces", reply: ollamatest.Reply{Content: content}, rate: 5,
-			timeout: time.Second, idle: 100 * time.Millisecond, want: "sent nothing for 100ms (MMCP_LLM_IDLE_TIMEOUT) after 1 pieces"},
+			timeout: time.Second, idle: 100 * time.Millisecond, want: "sent nothing for 100ms (MMCP_LLM_IDLE_TIMEOUT) after the first piece"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
