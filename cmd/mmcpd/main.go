@@ -281,6 +281,7 @@ func serve(stderr io.Writer) error {
 		Turns:   d.runner,
 		Catalog: d.runner,
 		Model:   d.model,
+		Tasks:   d.model,
 		Store:   st,
 		Plugins: d.host,
 		Limits: server.Limits{

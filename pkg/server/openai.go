@@ -174,6 +174,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		model = OpenAIModel
 	}
 	id, created := "chatcmpl-"+trace.ID(ctx), time.Now().Unix()
+	if s.Tasks != nil && isTask(req.Messages) {
+		s.task(w, r, &req, CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model})
+		return
+	}
 	turnCtx, cancel := s.turnContext(r)
 	defer cancel()
 

@@ -88,6 +88,9 @@ type Server struct {
 	Model   Checker
 	Store   *store.Store
 	Plugins PluginLister // nil when the daemon runs without plugins
+	// Tasks answers Open WebUI's task requests (titles, tags, follow-ups:
+	// see isTask) with one plain model call; nil runs them as turns.
+	Tasks   Completer
 	Metrics http.Handler // GET /metrics; nil serves none
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
