@@ -461,7 +461,7 @@ func turnError(err error) (status int, code string, retryable bool) {
 		return http.StatusBadGateway, "invalid_model_reply", false
 	case errors.Is(err, llm.ErrBadResponse): // ErrServerError, ErrReplyTooLarge
 		return http.StatusBadGateway, "model_error", true
-	case errors.As(err, &overflow):
+	case errors.As(err, &overflow), errors.Is(err, llm.ErrContextTooLong):
 		// The settings' fault, not the request's (its size has its own
 		// limit): the message says which to change; trying again cannot
 		// help.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mmcpd/mmcpd/pkg/llm"
 )
 
 // TestTurnEnd: the turn's deadline is its cause only while the request's own
@@ -74,5 +76,15 @@ func TestTurnTimeoutMessage(t *testing.T) {
 		if status, code, retryable := turnError(&TurnTimeoutError{Limit: d}); status != 504 || code != "timeout" || !retryable {
 			t.Errorf("turnError = %d %s %v", status, code, retryable)
 		}
+	}
+}
+
+// TestContextTooLongIsNoBug: Ollama refusing a prompt as longer than its
+// context (a task request's, which has no window) is the settings' matter,
+// not internal.
+func TestContextTooLongIsNoBug(t *testing.T) {
+	err := fmt.Errorf("model call: %w", llm.ErrContextTooLong)
+	if status, code, retryable := turnError(err); status != 500 || code != "context_overflow" || retryable {
+		t.Errorf("turnError = %d %s %v", status, code, retryable)
 	}
 }
