@@ -34,13 +34,16 @@ import (
 //	go test -run='^$' -bench='PrefixReuse|FirstAnswerByte|SessionTime' -benchtime=1x ./cmd/mmcpd
 
 // BenchmarkPrefixReuse runs a 10-turn session, two tool calls per turn, with
-// the default budget, and reports the share of each model call's prompt
-// that the previous call already had (Ollama's cache holds it and does not
-// read it again): the average over the calls, and the lowest after the
-// first, in percent. A call's new messages count against its share, so even
+// the default budget and a system prompt as long as a real daemon's (the
+// catalogue plugin's 25 tools), and reports the share of each model call's
+// prompt that the previous call already had (Ollama's cache holds it and
+// does not read it again): the average over the calls, and the lowest after
+// the first, in percent. A call's new messages count against its share, so even
 // a perfect cache stays below 100: ceiling_avg_% and ceiling_min_% are the
 // shares it would reach (all but the added content reused), and
 // reuse_of_ideal_% how much of that the daemon's prompts let Ollama keep.
+// The first call reuses nothing and weighs a thirtieth of reuse_avg_%;
+// reuse_avg_after_first_% is the average over the calls after it.
 func BenchmarkPrefixReuse(b *testing.B) {
 	fast := ollamatest.GPU
 	fast.Speedup = 100 // the shares do not depend on time
@@ -57,11 +60,14 @@ func BenchmarkPrefixReuse(b *testing.B) {
 		b.ReportMetric(0, "ns/op") // an op is one session: the figures below say how it went
 		b.ReportMetric(100*avg(shares), "reuse_avg_%")
 		b.ReportMetric(100*slices.Min(shares[1:]), "reuse_min_%")
+		b.ReportMetric(100*avg(shares[1:]), "reuse_avg_after_first_%")
 		b.ReportMetric(100*avg(ceiling), "ceiling_avg_%")
 		b.ReportMetric(100*slices.Min(ceiling[1:]), "ceiling_min_%")
 		b.ReportMetric(100*float64(reused)/float64(reusable), "reuse_of_ideal_%")
 		b.ReportMetric(float64(slices.MaxFunc(costs, byPrompt).PromptChars), "prompt_max_chars")
 		b.Logf("%d model calls; %% of each prompt reused: %s", len(costs), percents(shares))
+		b.Logf("a perfect cache's %%: %s", percents(ceiling))
+		b.Logf("prompt characters: %s", chars(costs))
 	}
 }
 
@@ -71,6 +77,14 @@ func avg(xs []float64) float64 {
 		sum += x
 	}
 	return sum / float64(len(xs))
+}
+
+func chars(costs []ollamatest.CallCost) string {
+	out := make([]string, len(costs))
+	for i, c := range costs {
+		out[i] = fmt.Sprint(c.PromptChars)
+	}
+	return strings.Join(out, " ")
 }
 
 func percents(xs []float64) string {
@@ -143,8 +157,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func byPrompt(a, b ollamatest.CallCost) int { return a.PromptChars - b.PromptChars }
 
 // costTurn is one turn of the session: the user's question, the model's two
-// tool calls (works_echo stands for a media service: the observation is the
-// request echoed back) and its answer.
+// calls of the bundled plugins' tools (played by the catalogue test plugin,
+// which answers with canned results like the real ones) and its answer.
 type costTurn struct {
 	question string
 	calls    [2]costCall
@@ -152,62 +166,66 @@ type costTurn struct {
 	answer   string
 }
 
-type costCall struct{ thought, text string }
+// costCall is one tool call: the model's thought, the tool and its arguments.
+type costCall struct {
+	thought, action string
+	args            map[string]any
+}
 
 // costSession is a plausible evening with the assistant. Replies are
 // written as a 7B model writes them: a thought of a sentence or two, the
 // action, its arguments; an answer of a few sentences.
 var costSession = []costTurn{
 	{"What arrived in my film library this week?",
-		[2]costCall{{"The user wants recent additions, so I ask the library for films added in the last seven days.", "library.recent type=movie days=7 sort=added_desc limit=20"},
-			{"I have the new titles; I also check the download queue so I can say what arrives soon.", "downloads.active category=movies fields=name,progress,eta"}},
+		[2]costCall{{"The user wants recent additions, so I ask Jellyfin for the newest items.", "jellyfin_latest", map[string]any{"limit": 10}},
+			{"I have the new titles; I also check Radarr's queue so I can say what arrives soon.", "radarr_queue", map[string]any{}}},
 		"I know what arrived and what is on its way, so I can answer.",
-		"Three films arrived this week: Arrival (2016), Dune: Part Two (2024) and Past Lives (2023). Two more are downloading: Perfect Days is at 64% and should be done in about twenty minutes, and The Zone of Interest has just started. Everything new is already in Jellyfin under Recently Added."},
-	{"Is Perfect Days going to be in 4K?",
-		[2]costCall{{"The user asks about the quality of a download in progress; I look at the torrent's file list.", "downloads.files name=\"Perfect Days\" fields=path,size,resolution"},
-			{"The files show the resolution; I check the Radarr profile to see whether an upgrade is planned.", "radarr.movie title=\"Perfect Days\" year=2023 fields=qualityProfile,cutoffMet"}},
-		"The download and the profile together answer the question.",
-		"No, the copy downloading now is 1080p (a 9.8 GB Blu-ray encode). Radarr's profile for it is HD-1080p, so it will not look for a 4K upgrade. If you want 4K, switch the film to the Ultra-HD profile in Radarr and it will search again once this download finishes."},
-	{"Switch it to Ultra-HD then, but only after this one finishes.",
-		[2]costCall{{"Before changing anything I confirm which profiles exist and what Ultra-HD is called exactly.", "radarr.profiles fields=id,name,cutoff"},
-			{"I need the download's progress to tell the user when the change will take effect.", "downloads.status name=\"Perfect Days\" fields=progress,eta,state"}},
-		"Changing the profile needs the user's confirmation through the approval flow, so I explain what will happen.",
-		"The Ultra-HD profile (id 5) exists and would make Radarr look for a 2160p copy. The current download is at 81% with about eight minutes left. Changing a profile is something I ask you to confirm first: say yes and I will switch Perfect Days to Ultra-HD as soon as the 1080p copy is imported, so nothing is lost if no 4K release turns up."},
-	{"Not yet. Anything new from the shows I follow?",
-		[2]costCall{{"The user follows shows in Sonarr; I ask for episodes that aired in the last few days.", "sonarr.calendar past_days=7 future_days=0 fields=series,episode,title,hasFile"},
-			{"Some episodes may be missing files; I check the queue for those.", "sonarr.queue fields=series,episode,progress,status"}},
-		"I have the aired episodes and their download state.",
-		"Four new episodes aired this week. Severance S02E05 and Shogun S01E10 are in your library. The Bear S03E01 is downloading (40%, about ten minutes). Slow Horses S04E03 has not been found yet; Sonarr will keep searching every fifteen minutes and usually finds it within a day."},
-	{"Why can't it find Slow Horses?",
-		[2]costCall{{"Sonarr keeps a history of its searches; I look at the last attempts for that episode.", "sonarr.history series=\"Slow Horses\" episode=S04E03 limit=5"},
-			{"The history mentions rejected releases; I check which indexers answered.", "prowlarr.indexers fields=name,status,disabledTill"}},
-		"The history and the indexer states explain the delay.",
-		"Sonarr found two releases of Slow Horses S04E03 but rejected both: one was 720p, below your profile's 1080p minimum, and the other had too few seeders. One of your three indexers is also failing and disabled until 21:40. Nothing is wrong on your side; a proper 1080p release usually appears within a day."},
-	{"Fine. Recommend me a film for tonight from what I already have.",
-		[2]costCall{{"A recommendation from the user's own library starts with the films they have not watched.", "library.unwatched type=movie fields=title,year,runtime,genres limit=30"},
-			{"I look at what the user watched recently to match their taste.", "library.history type=movie days=30 fields=title,rating"}},
-		"I can pick one unwatched film that fits the recent viewing.",
-		"Try Past Lives (2023): you have not watched it, it runs 106 minutes, and it is a quiet, warm drama, close to Aftersun, which you rated five stars last week. If you would rather have something lighter, Paddington 2 is also unwatched and is 103 minutes of pure comfort."},
-	{"How much space is left on the media disk?",
-		[2]costCall{{"Disk space is reported by Radarr's system status; I ask for the root folders.", "radarr.rootfolders fields=path,freeSpace,totalSpace"},
-			{"I check the downloads folder too, because it lives on the same disk.", "downloads.session fields=downloadDir,freeSpace"}},
-		"Both figures come from the same disk, so I answer with one number.",
-		"The media disk has 412 GB free out of 4 TB (about 10%). The downloads folder is on the same disk, so a 4K film (40 to 60 GB) still fits several times over, but at the current pace you will want to clean up or add a disk within a few months."},
-	{"What are the biggest films I've already watched?",
-		[2]costCall{{"I list watched films with their file sizes, largest first.", "library.watched type=movie sort=size_desc fields=title,year,size limit=10"},
-			{"I check which of them are still seeding, because removing those would stop the torrents.", "downloads.list filter=seeding fields=name,ratio,size"}},
-		"I have the largest watched films and whether they still seed.",
-		"Your five biggest watched films are Oppenheimer (78 GB, 4K), Dune (2021) (64 GB, 4K), Interstellar (58 GB, 4K), Blade Runner 2049 (52 GB) and The Batman (49 GB). Only Oppenheimer is still seeding, at a ratio of 1.4. Removing the other four would free about 223 GB."},
-	{"Remove Interstellar and The Batman.",
-		[2]costCall{{"Removing files is destructive; first I find the exact library entries for both films.", "radarr.movie title=\"Interstellar\" year=2014 fields=id,path,sizeOnDisk"},
-			{"Now the second film, so both removals can be confirmed at once.", "radarr.movie title=\"The Batman\" year=2022 fields=id,path,sizeOnDisk"}},
-		"Both entries are found; deleting them needs the user's confirmation.",
-		"I found both: Interstellar (2014, 58 GB) and The Batman (2022, 49 GB). Deleting them frees 107 GB and cannot be undone, so each removal asks for your confirmation. Radarr will also stop monitoring them, so they will not download again unless you add them back."},
-	{"Thanks. Anything else I should know about tonight?",
-		[2]costCall{{"I look for anything unusual: failed downloads or stalled torrents.", "downloads.list filter=error,stalled fields=name,error,eta"},
-			{"I also check for health warnings from Sonarr and Radarr.", "radarr.health fields=source,type,message"}},
-		"Nothing urgent turned up beyond what we discussed.",
-		"All quiet: no failed or stalled downloads, and Radarr and Sonarr report no health problems apart from the indexer that is disabled until 21:40. Perfect Days will be imported in a few minutes, and The Bear S03E01 right after. Enjoy Past Lives!"},
+		"Three films arrived this week: Past Lives (2023), Dune: Part Two (2024) and Arrival (2016), plus a new Severance episode and Massive Attack's Blue Lines. Two more films are downloading: Perfect Days is at 64% and should be done in about twenty minutes, and The Zone of Interest has just started."},
+	{"What's downloading right now?",
+		[2]costCall{{"The user asks about downloads; Transmission lists the active torrents.", "transmission_list", map[string]any{"filter": "downloading"}},
+			{"One torrent looks like an episode; I check Sonarr's queue to name it properly.", "sonarr_queue", map[string]any{}}},
+		"Transmission and Sonarr together give the full picture.",
+		"Three downloads are running: Perfect Days (1080p, 71%, about 17 minutes left), The Bear S03E01 (40%, about 9 minutes) and The Zone of Interest (4%, almost two hours). Together they pull about 7.6 MB/s, so everything should be in your library before midnight."},
+	{"Anything new coming from the shows I follow?",
+		[2]costCall{{"The user follows shows in Sonarr; I ask for the episodes airing in the coming week.", "sonarr_calendar", map[string]any{"days": 7}},
+			{"Slow Horses is among them; I check whether last week's episode is in the library.", "jellyfin_search", map[string]any{"query": "Slow Horses", "type": "episode"}}},
+		"I have the coming episodes and the state of Slow Horses.",
+		"This week brings Slow Horses S04E04 on Tuesday, Severance S02E06 on Thursday and the first episode of Shogun's second season on Friday. Sonarr will fetch each as it airs. Note that last week's Slow Horses episode, S04E03, is still missing from your library."},
+	{"Why is that Slow Horses episode missing?",
+		[2]costCall{{"A missing episode usually means no acceptable release; I check the indexers' health first.", "prowlarr_indexers", map[string]any{}},
+			{"Now I look at which releases exist for that episode.", "prowlarr_search", map[string]any{"query": "Slow Horses S04E03", "type": "tvsearch"}}},
+		"The indexer states and the releases explain the delay.",
+		"Two releases of Slow Horses S04E03 exist: a 720p one, below your profile's 1080p minimum, and a 1080p one with only two seeders, too few for Sonarr. TorrentLeech is also failing and disabled until 21:40. A well-seeded 1080p release usually appears within a day, and Sonarr will take it then."},
+	{"Is Dune in my library? And which one?",
+		[2]costCall{{"The user asks about their own library, so I search Jellyfin for the title.", "jellyfin_search", map[string]any{"query": "Dune", "type": "movie"}},
+			{"There are several films called Dune; TMDB tells them apart.", "tmdb_search", map[string]any{"query": "Dune"}}},
+		"I know which Dune films exist and which the user has.",
+		"You have both of Denis Villeneuve's films: Dune (2021), which you watched on 2 October, and Dune: Part Two (2024), added this week and not watched yet. David Lynch's Dune (1984) is not in your library; say the word if you want it."},
+	{"What's trending this week that I don't have?",
+		[2]costCall{{"I ask TMDB for this week's trending films.", "tmdb_trending", map[string]any{"media_type": "movie", "window": "week"}},
+			{"Anora tops the list; I check on Jellyseerr whether it was requested or is available.", "seerr_search", map[string]any{"query": "Anora"}}},
+		"I know what is trending and that the top film is not requested.",
+		"This week's trending films are Anora, The Substance, The Wild Robot, Gladiator II and Wicked. None of them is in your library, and Anora, at the top, has not been requested yet. The Wild Robot has the best rating of the five (8.4) if you want something for the whole family."},
+	{"Tell me more about Anora.",
+		[2]costCall{{"TMDB has the details of the film by its id.", "tmdb_details", map[string]any{"id": 1064213, "media_type": "movie"}},
+			{"I check Radarr too, so I can say whether it can be added.", "radarr_lookup", map[string]any{"term": "Anora"}}},
+		"I have the film's details and Radarr knows it.",
+		"Anora (2024) is Sean Baker's comedy-drama about a young dancer from Brooklyn who marries the son of a Russian oligarch, with Mikey Madison in the lead. It runs 139 minutes and came out digitally in December 2024. It is not in Radarr yet; I can add it if you like, after your approval."},
+	{"Any films coming out soon that we're waiting for?",
+		[2]costCall{{"Radarr's calendar shows the monitored films coming out soon.", "radarr_calendar", map[string]any{"days": 14}},
+			{"The household's requests on Jellyseerr may name more.", "seerr_requests", map[string]any{"filter": "unavailable"}}},
+		"The calendar and the requests agree on what is coming.",
+		"Nosferatu comes out digitally on Wednesday, and Radarr will grab it that day; Sam requested it on 2 November. The Brutalist follows on disc on 2 December. Alex's request for Shogun's second season is being processed, and its first episode airs on Friday."},
+	{"Is anyone watching something right now?",
+		[2]costCall{{"Jellyfin knows who is playing what.", "jellyfin_now_playing", map[string]any{}},
+			{"Seeding torrents can make streaming stutter; I check what Transmission uploads.", "transmission_list", map[string]any{"filter": "seeding"}}},
+		"One person is watching and two torrents are seeding.",
+		"Sam is watching Paddington 2 on the living room TV, 41 minutes in. Two torrents are seeding at the same time, Oppenheimer and Dune (2021), uploading about 5 MB/s together; if the film stutters, pausing them would help."},
+	{"Pause those two torrents for tonight.",
+		[2]costCall{{"I confirm the ids of the seeding torrents before pausing them.", "transmission_list", map[string]any{"filter": "seeding"}},
+			{"The ids are 3 and 7; pausing needs no approval.", "transmission_pause", map[string]any{"ids": []int{3, 7}}}},
+		"Both torrents are paused.",
+		"Done: Oppenheimer and Dune (2021) are paused, so the upload no longer competes with Sam's film. Their ratios are 1.4 and 0.8; tell me tomorrow and I will resume them, or I can leave Dune paused until it is worth seeding again."},
 }
 
 // firstAnswer is the one turn of BenchmarkFirstAnswerByte. The answer's
@@ -251,7 +269,7 @@ func sessionReply(req api.ChatRequest) ollamatest.Reply {
 		}
 		if step < len(turn.calls) {
 			c := turn.calls[step]
-			return ollamatest.Reply{Content: envelope(c.thought, "works_echo", map[string]string{"text": c.text})}
+			return ollamatest.Reply{Content: envelope(c.thought, c.action, c.args)}
 		}
 		return ollamatest.Reply{Content: envelope(turn.thought, "final_response", map[string]string{"answer": turn.answer})}
 	}
@@ -384,10 +402,13 @@ func carriesAnswer(v any, answer string) bool {
 }
 
 // costPlugins is the plugins folder of the cost benchmarks, built once,
-// readable by the plugin user the daemon runs plugins as under root: the test
-// plugin as "works" (its works_echo stands for the media services) and
-// "clock", the system plugin's "now" line on a simulated clock that moves
-// on a few minutes every turn, as in a real session.
+// readable by the plugin user the daemon runs plugins as under root:
+// "catalogue", the bundled plugins' 25 tools of a home with Jellyfin,
+// Radarr, Sonarr, Prowlarr, Transmission, TMDB and Jellyseerr (their names,
+// descriptions and argument schemas, with canned results), so the system
+// prompt is as long as a real daemon's, and "clock", the system plugin's
+// "now" line on a simulated clock that moves on a few minutes every turn, as
+// in a real session.
 var costPlugins struct {
 	once   sync.Once
 	dir    string
@@ -402,7 +423,7 @@ func costPluginsDir(b *testing.B) string {
 		if costPlugins.err = os.MkdirAll(costPlugins.dir, 0o755); costPlugins.err != nil {
 			return
 		}
-		for name, pkg := range map[string]string{"works": "../../pkg/plugins/testdata/testplugin", "clock": "./testdata/clock"} {
+		for name, pkg := range map[string]string{"catalogue": "./testdata/catalogue", "clock": "./testdata/clock"} {
 			out := filepath.Join(costPlugins.dir, plugins.FilePrefix+name)
 			if costPlugins.output, costPlugins.err = exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); costPlugins.err != nil {
 				return
@@ -418,8 +439,8 @@ func costPluginsDir(b *testing.B) string {
 // costDaemon is a daemon started for one iteration.
 type costDaemon struct{ *loadDaemon }
 
-// startCostDaemon starts the shipped daemon against fake with the works
-// plugin and default settings, and waits until it is ready (plugins started,
+// startCostDaemon starts the shipped daemon against fake with the cost
+// plugins and default settings, and waits until it is ready (plugins started,
 // model there).
 func startCostDaemon(b *testing.B, fake *ollamatest.Server) costDaemon {
 	b.Helper()
