@@ -281,7 +281,6 @@ func serve(stderr io.Writer) error {
 		Turns:   d.runner,
 		Catalog: d.runner,
 		Model:   d.model,
-		Tasks:   d.model,
 		Store:   st,
 		Plugins: d.host,
 		Limits: server.Limits{
@@ -304,6 +303,11 @@ func serve(stderr io.Writer) error {
 	}
 	// Bounded connections and headers: what a client can hold before it is
 	// authenticated.
+	if cfg.OpenaiTasks == "plain" {
+		// Open WebUI's titles and tags: one plain model call each, not a
+		// turn with tools on the user's slow model.
+		api.Tasks = d.model
+	}
 	ln := server.LimitListener(tcp, cfg.MaxConnections)
 	// Every request's context derives from this one: cancelling it with
 	// server.ErrShuttingDown ends the running turns, which answer their

@@ -66,6 +66,7 @@ type Config struct {
 	StreamHeartbeat         time.Duration `split_words:"true" default:"10s" desc:"on a streamed turn, a comment line is sent after this long without output, so proxies and clients do not time out"`
 	APIToken                Secret        `split_words:"true" desc:"bearer token required by the HTTP API; empty disables authentication"`
 	ShutdownGrace           time.Duration `split_words:"true" default:"5s" desc:"on SIGTERM, how long running turns may finish before they are cancelled"`
+	OpenaiTasks             string        `split_words:"true" default:"plain" desc:"Open WebUI's background task requests (titles, tags, follow-ups): plain (one model call) or turn (a full agent turn)"`
 	LogLevel                string        `split_words:"true" default:"info" desc:"debug, info, warn or error"`
 	LogFormat               string        `split_words:"true" default:"text" desc:"text or json"`
 }
@@ -147,6 +148,7 @@ func (c Config) validate() error {
 		positive("MMCP_TURN_TIMEOUT", c.TurnTimeout),
 		positive("MMCP_STREAM_HEARTBEAT", c.StreamHeartbeat),
 		positive("MMCP_SHUTDOWN_GRACE", c.ShutdownGrace),
+		oneOf("MMCP_OPENAI_TASKS", c.OpenaiTasks, "plain", "turn"),
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
 	)

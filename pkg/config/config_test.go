@@ -51,6 +51,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_STREAM_HEARTBEAT", "10s"},
 	{"MMCP_API_TOKEN", ""},
 	{"MMCP_SHUTDOWN_GRACE", "5s"},
+	{"MMCP_OPENAI_TASKS", "plain"},
 	{"MMCP_LOG_LEVEL", "info"},
 	{"MMCP_LOG_FORMAT", "text"},
 }
@@ -90,6 +91,7 @@ var defaults = Config{
 	StreamHeartbeat:         10 * time.Second,
 	APIToken:                "",
 	ShutdownGrace:           5 * time.Second,
+	OpenaiTasks:             "plain",
 	LogLevel:                "info",
 	LogFormat:               "text",
 }
@@ -183,6 +185,7 @@ var readCases = []struct {
 	{"MMCP_STREAM_HEARTBEAT", "2s", func(c *Config) { c.StreamHeartbeat = 2 * time.Second }},
 	{"MMCP_API_TOKEN", "s3cret", func(c *Config) { c.APIToken = "s3cret" }},
 	{"MMCP_SHUTDOWN_GRACE", "30s", func(c *Config) { c.ShutdownGrace = 30 * time.Second }},
+	{"MMCP_OPENAI_TASKS", "turn", func(c *Config) { c.OpenaiTasks = "turn" }},
 	{"MMCP_LOG_LEVEL", " DEBUG ", func(c *Config) { c.LogLevel = "debug" }},
 	{"MMCP_LOG_FORMAT", "JSON", func(c *Config) { c.LogFormat = "json" }},
 }
@@ -380,6 +383,7 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "99"},
 		{"MMCP_TOOL_MAX_SCHEMA_BYTES", "100"},
 		{"MMCP_SHUTDOWN_GRACE", "0s"},
+		{"MMCP_OPENAI_TASKS", "never"},
 		{"MMCP_TURN_TIMEOUT", "0s"},
 		{"MMCP_TURN_TIMEOUT", "-1m"},
 		{"MMCP_TURN_TIMEOUT", "long"},
@@ -593,6 +597,7 @@ MMCP_TURN_TIMEOUT=10m0s
 MMCP_STREAM_HEARTBEAT=10s
 MMCP_API_TOKEN=**********
 MMCP_SHUTDOWN_GRACE=5s
+MMCP_OPENAI_TASKS=plain
 MMCP_LOG_LEVEL=info
 MMCP_LOG_FORMAT=text
 `
