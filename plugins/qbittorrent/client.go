@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -175,37 +173,17 @@ func (c *client) send(ctx context.Context, method, path string, params url.Value
 	}
 	resp, err := c.api.HTTP.Do(req)
 	if err != nil {
-		return nil, nil, c.transportError(ctx, err)
+		return nil, nil, c.api.TransportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, httpapi.MaxResponseBytes+1))
 	if err != nil {
-		return nil, nil, c.transportError(ctx, err)
+		return nil, nil, c.api.TransportError(ctx, err)
 	}
 	if len(data) > httpapi.MaxResponseBytes {
 		return nil, nil, fmt.Errorf("qBittorrent answered more than %d bytes to %s: %w", httpapi.MaxResponseBytes, path, httpapi.ErrBadResponse)
 	}
 	return resp, data, nil
-}
-
-// transportError words a failure to talk to qBittorrent as httpapi does.
-func (c *client) transportError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err() // the caller's deadline or cancellation: the host reports it
-	}
-	where := c.api.Redacted()
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("qBittorrent did not answer within %s at %s: %w", c.api.HTTP.Timeout, where, httpapi.ErrUnreachable)
-	}
-	// A *url.Error quotes the whole URL; what went wrong is in the error it
-	// wraps.
-	reason := redact.Error(err).Error()
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		reason = ue.Err.Error()
-	}
-	return fmt.Errorf("qBittorrent is unreachable at %s (%s); check %s: %w", where, reason, envURL, httpapi.ErrUnreachable)
 }
 
 // detail is qBittorrent's own message in body, on one line, with the

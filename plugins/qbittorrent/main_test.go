@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 const (
@@ -641,7 +642,7 @@ func TestDownloadsLine(t *testing.T) {
 
 func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1234567: "1.2 MiB", 1048575: "1.0 MiB", 6114656256: "5.7 GiB", 3 << 50: "3.0 PiB"} {
-		if got := sizeText(n); got != want {
+		if got := human.Binary.Size(n); got != want {
 			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
 		}
 	}
@@ -654,7 +655,7 @@ func TestFormatting(t *testing.T) {
 		t.Error("eta of unknown or done torrents")
 	}
 	for p, want := range map[float64]float64{0: 0, 0.291: 29.1, 0.4531: 45.3, 0.99999: 99.9, 1: 100} {
-		if got := percent(p); got != want {
+		if got := human.Percent(p); got != want {
 			t.Errorf("percent(%v) = %v, want %v", p, got, want)
 		}
 	}

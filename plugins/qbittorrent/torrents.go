@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 // maxListed bounds the torrents in one answer; the rest are counted.
@@ -214,7 +214,7 @@ func summarize(all []torrent, filter string) listResult {
 	}
 	res.More = max(0, len(picked)-maxListed)
 	res.Totals.Torrents = len(picked)
-	res.Totals.Down, res.Totals.Up, res.Totals.Size = rate(down), rate(up), sizeText(size)
+	res.Totals.Down, res.Totals.Up, res.Totals.Size = human.Binary.Rate(down), human.Binary.Rate(up), human.Binary.Size(size)
 	return res
 }
 
@@ -239,28 +239,22 @@ func view(t torrent) torrentView {
 		Hash:     t.Hash,
 		Name:     httpapi.Text(t.Name, 150),
 		State:    state(t.State).word,
-		Percent:  percent(t.Progress),
+		Percent:  human.Percent(t.Progress),
 		ETA:      eta(t.ETA, t.Progress),
 		Size:     "unknown", // a magnet link's torrent before its metadata came
 		Category: httpapi.Text(t.Category, 100),
 		Dir:      httpapi.Text(t.SavePath, 150),
 	}
 	if t.Size > 0 {
-		v.Size = sizeText(t.Size)
+		v.Size = human.Binary.Size(t.Size)
 	}
 	if t.DLSpeed > 0 {
-		v.Down = rate(t.DLSpeed)
+		v.Down = human.Binary.Rate(t.DLSpeed)
 	}
 	if t.UPSpeed > 0 {
-		v.Up = rate(t.UPSpeed)
+		v.Up = human.Binary.Rate(t.UPSpeed)
 	}
 	return v
-}
-
-// percent is progress in percent, one decimal, rounded down so that an
-// unfinished torrent never reads 100.
-func percent(progress float64) float64 {
-	return math.Floor(progress*1000+1e-6) / 10
 }
 
 // eta words qBittorrent's seconds left; it gives maxETA when it cannot tell.
@@ -271,47 +265,8 @@ func eta(seconds int64, progress float64) string {
 	case seconds < 0 || seconds >= maxETA:
 		return "unknown"
 	}
-	return duration(seconds)
+	return human.Duration(seconds)
 }
-
-func duration(s int64) string {
-	switch {
-	case s < 60:
-		return strconv.FormatInt(s, 10) + "s"
-	case s < 3600:
-		return strconv.FormatInt(s/60, 10) + "m"
-	case s < 86400:
-		return join(s/3600, "h", s%3600/60, "m")
-	}
-	return join(s/86400, "d", s%86400/3600, "h")
-}
-
-// join writes "2h 5m", leaving out a zero second part: "2h".
-func join(a int64, ua string, b int64, ub string) string {
-	s := strconv.FormatInt(a, 10) + ua
-	if b > 0 {
-		s += " " + strconv.FormatInt(b, 10) + ub
-	}
-	return s
-}
-
-// sizeText writes a size in the units qBittorrent's own UI shows (powers of
-// 1024), so that the numbers match what the user sees there.
-func sizeText(n int64) string {
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
-	if n < 1024 {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	v := float64(n) / 1024
-	i := 0
-	for v >= 1023.95 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
-}
-
-func rate(n int64) string { return sizeText(n) + "/s" }
 
 // --- qbittorrent_add
 
@@ -710,10 +665,10 @@ func (q *qbittorrent) transfer(ctx context.Context, _ noArgs) (transferResult, e
 	}
 	return transferResult{
 		Connection: conn,
-		Down:       rate(t.DLSpeed),
-		Up:         rate(t.UPSpeed),
-		Downloaded: sizeText(t.DLData),
-		Uploaded:   sizeText(t.UPData),
+		Down:       human.Binary.Rate(t.DLSpeed),
+		Up:         human.Binary.Rate(t.UPSpeed),
+		Downloaded: human.Binary.Size(t.DLData),
+		Uploaded:   human.Binary.Size(t.UPData),
 		DownLimit:  limit(t.DLLimit),
 		UpLimit:    limit(t.UPLimit),
 		DHTNodes:   t.DHTNodes,
@@ -725,7 +680,7 @@ func limit(n int64) string {
 	if n <= 0 {
 		return "none"
 	}
-	return rate(n)
+	return human.Binary.Rate(n)
 }
 
 // --- the downloads context
@@ -762,9 +717,9 @@ func downloadsLine(all []torrent) string {
 	}
 	line := "nothing downloading"
 	if downloading > 0 {
-		line = fmt.Sprintf("%d downloading at %s", downloading, rate(speed))
+		line = fmt.Sprintf("%d downloading at %s", downloading, human.Binary.Rate(speed))
 		if nearest >= 0 {
-			line += ", nearest done in " + duration(nearest)
+			line += ", nearest done in " + human.Duration(nearest)
 		}
 	}
 	if queued > 0 {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 const (
@@ -429,11 +430,11 @@ func TestDownloadsLine(t *testing.T) {
 
 func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 999: "999 B", 1000: "1.0 kB", 1234567: "1.2 MB", 999_999: "1.0 MB", 6114656256: "6.1 GB", 3e15: "3.0 PB"} {
-		if got := sizeText(n); got != want {
+		if got := human.Decimal.Size(n); got != want {
 			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
 		}
 	}
-	if got := rate(1_200_000); got != "1.2 MB/s" {
+	if got := human.Decimal.Rate(1_200_000); got != "1.2 MB/s" {
 		t.Errorf("rate: %q", got)
 	}
 	for s, want := range map[int64]string{0: "0s", 45: "45s", 754: "12m", 3600: "1h", 3900: "1h 5m", 86400: "1d", 183600: "2d 3h"} {
@@ -445,7 +446,7 @@ func TestFormatting(t *testing.T) {
 		t.Error("eta of unknown or done torrents")
 	}
 	for done, want := range map[float64]float64{0: 0, 0.291: 29.1, 0.4531: 45.3, 0.99999: 99.9, 1: 100} {
-		if got := percent(done); got != want {
+		if got := human.Percent(done); got != want {
 			t.Errorf("percent(%v) = %v, want %v", done, got, want)
 		}
 	}

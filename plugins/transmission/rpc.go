@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"sync"
@@ -102,12 +99,12 @@ func (c *rpcClient) post(ctx context.Context, body []byte) (*http.Response, []by
 	}
 	resp, err := c.api.HTTP.Do(req)
 	if err != nil {
-		return nil, nil, c.transportError(ctx, err)
+		return nil, nil, c.api.TransportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, httpapi.MaxResponseBytes+1))
 	if err != nil {
-		return nil, nil, c.transportError(ctx, err)
+		return nil, nil, c.api.TransportError(ctx, err)
 	}
 	if len(data) > httpapi.MaxResponseBytes {
 		return nil, nil, fmt.Errorf("Transmission answered more than %d bytes: %w", httpapi.MaxResponseBytes, httpapi.ErrBadResponse)
@@ -125,26 +122,6 @@ func (c *rpcClient) setSession(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.session = id
-}
-
-// transportError words a failure to talk to Transmission as httpapi does.
-func (c *rpcClient) transportError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err() // the caller's deadline or cancellation: the host reports it
-	}
-	where := c.api.Redacted()
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("Transmission did not answer within %s at %s: %w", c.api.HTTP.Timeout, where, httpapi.ErrUnreachable)
-	}
-	// A *url.Error quotes the whole URL; what went wrong is in the error it
-	// wraps.
-	reason := redact.Error(err).Error()
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		reason = ue.Err.Error()
-	}
-	return fmt.Errorf("Transmission is unreachable at %s (%s); check %s: %w", where, reason, envURL, httpapi.ErrUnreachable)
 }
 
 // statusError maps an HTTP status to an error that says what to do.

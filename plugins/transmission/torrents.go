@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 // maxListed bounds the torrents in one answer; the rest are counted.
@@ -164,7 +164,7 @@ func summarize(all []torrent, filter string) listResult {
 	}
 	res.More = max(0, len(picked)-maxListed)
 	res.Totals.Torrents = len(picked)
-	res.Totals.Down, res.Totals.Up, res.Totals.Size = rate(down), rate(up), sizeText(size)
+	res.Totals.Down, res.Totals.Up, res.Totals.Size = human.Decimal.Rate(down), human.Decimal.Rate(up), human.Decimal.Size(size)
 	return res
 }
 
@@ -196,17 +196,17 @@ func view(tr torrent) torrentView {
 		ID:      tr.ID,
 		Name:    httpapi.Text(tr.Name, 150),
 		Status:  statusWord(tr.Status),
-		Percent: percent(tr.PercentDone),
+		Percent: human.Percent(tr.PercentDone),
 		ETA:     eta(tr.ETA, tr.PercentDone),
-		Size:    sizeText(tr.TotalSize),
+		Size:    human.Decimal.Size(tr.TotalSize),
 		Dir:     httpapi.Text(tr.DownloadDir, 150),
 		Error:   errorText(tr.Error, tr.ErrorString),
 	}
 	if tr.RateDownload > 0 {
-		v.Down = rate(tr.RateDownload)
+		v.Down = human.Decimal.Rate(tr.RateDownload)
 	}
 	if tr.RateUpload > 0 {
-		v.Up = rate(tr.RateUpload)
+		v.Up = human.Decimal.Rate(tr.RateUpload)
 	}
 	return v
 }
@@ -218,12 +218,6 @@ func statusWord(s int) string {
 	return "status " + strconv.Itoa(s)
 }
 
-// percent is percentDone in percent, one decimal, rounded down so that an
-// unfinished torrent never reads 100.
-func percent(done float64) float64 {
-	return math.Floor(done*1000+1e-6) / 10
-}
-
 // eta words Transmission's seconds left; it uses -1 (not available) and -2
 // (unknown) when it cannot tell.
 func eta(seconds int64, done float64) string {
@@ -233,46 +227,8 @@ func eta(seconds int64, done float64) string {
 	case seconds < 0:
 		return "unknown"
 	}
-	return duration(seconds)
+	return human.Duration(seconds)
 }
-
-func duration(s int64) string {
-	switch {
-	case s < 60:
-		return strconv.FormatInt(s, 10) + "s"
-	case s < 3600:
-		return strconv.FormatInt(s/60, 10) + "m"
-	case s < 86400:
-		return join(s/3600, "h", s%3600/60, "m")
-	}
-	return join(s/86400, "d", s%86400/3600, "h")
-}
-
-// join writes "2h 5m", leaving out a zero second part: "2h".
-func join(a int64, ua string, b int64, ub string) string {
-	s := strconv.FormatInt(a, 10) + ua
-	if b > 0 {
-		s += " " + strconv.FormatInt(b, 10) + ub
-	}
-	return s
-}
-
-// sizeText writes a size in Transmission's own units (powers of 1000).
-func sizeText(n int64) string {
-	units := []string{"kB", "MB", "GB", "TB", "PB"}
-	if n < 1000 {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	v := float64(n) / 1000
-	i := 0
-	for v >= 999.95 && i < len(units)-1 {
-		v /= 1000
-		i++
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
-}
-
-func rate(n int64) string { return sizeText(n) + "/s" }
 
 func errorText(code int, msg string) string {
 	if code == 0 {
@@ -475,9 +431,9 @@ func downloadsLine(all []torrent) string {
 	}
 	line := "nothing downloading"
 	if downloading > 0 {
-		line = fmt.Sprintf("%d downloading at %s", downloading, rate(speed))
+		line = fmt.Sprintf("%d downloading at %s", downloading, human.Decimal.Rate(speed))
 		if nearest >= 0 {
-			line += ", nearest done in " + duration(nearest)
+			line += ", nearest done in " + human.Duration(nearest)
 		}
 	}
 	if queued > 0 {

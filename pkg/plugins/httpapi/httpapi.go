@@ -116,12 +116,12 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return c.transportError(ctx, err)
+		return c.TransportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return c.transportError(ctx, err)
+		return c.TransportError(ctx, err)
 	}
 	if len(data) > MaxResponseBytes {
 		return fmt.Errorf("%s answered more than %d bytes to %s %s: %w", c.Service, MaxResponseBytes, method, path, ErrBadResponse)
@@ -138,7 +138,11 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
-func (c *Client) transportError(ctx context.Context, err error) error {
+// TransportError words a failure to reach the service, for clients that
+// send their own requests (an RPC with a handshake, a login) through c.HTTP:
+// the caller's own cancellation as it is, else a timeout or an unreachable
+// service naming the URL (credentials masked) and the setting to check.
+func (c *Client) TransportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // the caller's deadline or cancellation: the host reports it
 	}

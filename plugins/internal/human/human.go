@@ -1,0 +1,71 @@
+// Package human writes the figures of a download client the way its own
+// interface shows them to a person: sizes and rates, durations, percentages.
+package human
+
+import (
+	"math"
+	"strconv"
+)
+
+// Units of Size: Transmission counts in powers of 1000 (kB, MB), qBittorrent
+// in powers of 1024 (KiB, MiB); each plugin uses its client's, so that the
+// numbers match what the user sees there.
+var (
+	Decimal = Units{Base: 1000, Names: []string{"kB", "MB", "GB", "TB", "PB"}}
+	Binary  = Units{Base: 1024, Names: []string{"KiB", "MiB", "GiB", "TiB", "PiB"}}
+)
+
+// Units is a base and the names of its powers, from the first.
+type Units struct {
+	Base  int64
+	Names []string
+}
+
+// Size writes n bytes with one decimal in the largest unit that keeps the
+// figure under the base: "950 B", "1.5 MB", "4.0 GiB".
+func (u Units) Size(n int64) string {
+	if n < u.Base {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	base := float64(u.Base)
+	v := float64(n) / base
+	i := 0
+	// Rounded to one decimal, 999.96 would read 1000.0 kB.
+	for v >= base-0.05 && i < len(u.Names)-1 {
+		v /= base
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + u.Names[i]
+}
+
+// Rate writes a speed in bytes per second.
+func (u Units) Rate(n int64) string { return u.Size(n) + "/s" }
+
+// Percent is a fraction done in percent, one decimal, rounded down so that
+// an unfinished download never reads 100.
+func Percent(done float64) float64 {
+	return math.Floor(done*1000+1e-6) / 10
+}
+
+// Duration writes seconds as a person says them, to two units at most:
+// "45s", "12m", "2h 5m", "3d 4h".
+func Duration(s int64) string {
+	switch {
+	case s < 60:
+		return strconv.FormatInt(s, 10) + "s"
+	case s < 3600:
+		return strconv.FormatInt(s/60, 10) + "m"
+	case s < 86400:
+		return join(s/3600, "h", s%3600/60, "m")
+	}
+	return join(s/86400, "d", s%86400/3600, "h")
+}
+
+// join writes "2h 5m", leaving out a zero second part: "2h".
+func join(a int64, ua string, b int64, ub string) string {
+	s := strconv.FormatInt(a, 10) + ua
+	if b > 0 {
+		s += " " + strconv.FormatInt(b, 10) + ub
+	}
+	return s
+}
