@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 // searchLimit is the most matches a search returns; the total says how many
@@ -230,27 +232,17 @@ func (j *jellyfin) playing(ctx context.Context) ([]session, error) {
 	return playing, nil
 }
 
-// maxLineSessions bounds the context line, which goes into every prompt.
-const maxLineSessions = 3
-
-// nowPlayingLine is the context line: "nobody is watching", or one clause
-// per session such as "alice is watching Dune (2021) on Living Room TV, 42%".
+// nowPlayingLine is the context line: who watches what (human.Watching).
 func (j *jellyfin) nowPlayingLine(ctx context.Context) (string, error) {
 	playing, err := j.playing(ctx)
 	if err != nil {
 		return "", err
 	}
-	if len(playing) == 0 {
-		return "nobody is watching", nil
+	clauses := make([]string, len(playing))
+	for i, s := range playing {
+		clauses[i] = clause(s)
 	}
-	var parts []string
-	for _, s := range playing[:min(len(playing), maxLineSessions)] {
-		parts = append(parts, clause(s))
-	}
-	if n := len(playing) - maxLineSessions; n > 0 {
-		parts = append(parts, fmt.Sprintf("and %d more", n))
-	}
-	return strings.Join(parts, "; "), nil
+	return human.Watching(clauses), nil
 }
 
 // clause says what one session plays.

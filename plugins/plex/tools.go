@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mmcpd/mmcpd/plugins/internal/human"
 )
 
 // searchLimit is the most matches a search returns, and the most Plex is
@@ -250,27 +252,17 @@ func stream(t *transcode) string {
 	return "direct stream"
 }
 
-// maxLineSessions bounds the context line, which goes into every prompt.
-const maxLineSessions = 3
-
-// nowPlayingLine is the context line: "nobody is watching", or one clause
-// per session such as "alice is watching Dune (2021) on Living Room TV, 42%".
+// nowPlayingLine is the context line: who watches what (human.Watching).
 func (p *plex) nowPlayingLine(ctx context.Context) (string, error) {
 	sessions, err := p.sessions(ctx)
 	if err != nil {
 		return "", err
 	}
-	if len(sessions) == 0 {
-		return "nobody is watching", nil
+	clauses := make([]string, len(sessions))
+	for i, m := range sessions {
+		clauses[i] = clause(m)
 	}
-	var parts []string
-	for _, m := range sessions[:min(len(sessions), maxLineSessions)] {
-		parts = append(parts, clause(m))
-	}
-	if n := len(sessions) - maxLineSessions; n > 0 {
-		parts = append(parts, fmt.Sprintf("and %d more", n))
-	}
-	return strings.Join(parts, "; "), nil
+	return human.Watching(clauses), nil
 }
 
 // clause says what one session plays.

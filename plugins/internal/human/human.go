@@ -1,10 +1,12 @@
-// Package human writes the figures of a download client the way its own
-// interface shows them to a person: sizes and rates, durations, percentages.
+// Package human writes what the media plugins report the way a person reads
+// it: a download client's sizes, rates, durations and percentages as its own
+// interface shows them, and who is watching what on a media server.
 package human
 
 import (
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Units of Size: Transmission counts in powers of 1000 (kB, MB), qBittorrent
@@ -68,4 +70,21 @@ func join(a int64, ua string, b int64, ub string) string {
 		s += " " + strconv.FormatInt(b, 10) + ub
 	}
 	return s
+}
+
+// maxWatching bounds Watching's line, which goes into every prompt.
+const maxWatching = 3
+
+// Watching is a media server's now-playing context line, one clause per
+// session ("alice is watching Dune (2021) on Living Room TV, 42%"): the
+// first three, then how many more; "nobody is watching" when there is none.
+func Watching(clauses []string) string {
+	if len(clauses) == 0 {
+		return "nobody is watching"
+	}
+	line := strings.Join(clauses[:min(len(clauses), maxWatching)], "; ")
+	if n := len(clauses) - maxWatching; n > 0 {
+		line += "; and " + strconv.Itoa(n) + " more"
+	}
+	return line
 }

@@ -45,3 +45,19 @@ func TestPercent(t *testing.T) {
 		}
 	}
 }
+
+func TestWatching(t *testing.T) {
+	for _, tc := range []struct {
+		clauses []string
+		want    string
+	}{
+		{nil, "nobody is watching"},
+		{[]string{"a"}, "a"},
+		{[]string{"a", "b", "c"}, "a; b; c"},
+		{[]string{"a", "b", "c", "d", "e"}, "a; b; c; and 2 more"},
+	} {
+		if got := Watching(tc.clauses); got != tc.want {
+			t.Errorf("Watching(%q) = %q, want %q", tc.clauses, got, tc.want)
+		}
+	}
+}
