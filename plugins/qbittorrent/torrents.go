@@ -696,40 +696,22 @@ func (q *qbittorrent) downloads(ctx context.Context) (string, error) {
 }
 
 func downloadsLine(all []torrent) string {
-	var downloading, queued, seeding, errs int
-	var speed int64
-	nearest := int64(-1)
+	d := human.Downloads{Nearest: -1}
 	for _, t := range all {
 		switch k := state(t.State).kind; {
 		case t.State == "queuedDL":
-			queued++
+			d.Queued++
 		case k == kindDown:
-			downloading++
-			speed += t.DLSpeed
-			if t.ETA >= 0 && t.ETA < maxETA && (nearest < 0 || t.ETA < nearest) {
-				nearest = t.ETA
+			d.Downloading++
+			d.Speed += t.DLSpeed
+			if t.ETA < maxETA { // qBittorrent's "cannot tell"
+				d.Soonest(t.ETA)
 			}
 		case k == kindSeed && t.State != "queuedUP":
-			seeding++
+			d.Seeding++
 		case k == kindError:
-			errs++
+			d.Errors++
 		}
 	}
-	line := "nothing downloading"
-	if downloading > 0 {
-		line = fmt.Sprintf("%d downloading at %s", downloading, human.Binary.Rate(speed))
-		if nearest >= 0 {
-			line += ", nearest done in " + human.Duration(nearest)
-		}
-	}
-	if queued > 0 {
-		line += fmt.Sprintf(", %d queued", queued)
-	}
-	if seeding > 0 {
-		line += fmt.Sprintf("; %d seeding", seeding)
-	}
-	if errs > 0 {
-		line += fmt.Sprintf("; %d with errors", errs)
-	}
-	return line
+	return d.Line(human.Binary)
 }

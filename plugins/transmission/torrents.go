@@ -409,41 +409,21 @@ func (t *transmission) downloads(ctx context.Context) (string, error) {
 }
 
 func downloadsLine(all []torrent) string {
-	var downloading, queued, seeding, errs int
-	var speed int64
-	nearest := int64(-1)
+	d := human.Downloads{Nearest: -1}
 	for _, tr := range all {
 		switch tr.Status {
 		case statusDownload:
-			downloading++
-			speed += tr.RateDownload
-			if tr.ETA >= 0 && (nearest < 0 || tr.ETA < nearest) {
-				nearest = tr.ETA
-			}
+			d.Downloading++
+			d.Speed += tr.RateDownload
+			d.Soonest(tr.ETA)
 		case statusDownloadWait:
-			queued++
+			d.Queued++
 		case statusSeed:
-			seeding++
+			d.Seeding++
 		}
 		if tr.Error != 0 {
-			errs++
+			d.Errors++
 		}
 	}
-	line := "nothing downloading"
-	if downloading > 0 {
-		line = fmt.Sprintf("%d downloading at %s", downloading, human.Decimal.Rate(speed))
-		if nearest >= 0 {
-			line += ", nearest done in " + human.Duration(nearest)
-		}
-	}
-	if queued > 0 {
-		line += fmt.Sprintf(", %d queued", queued)
-	}
-	if seeding > 0 {
-		line += fmt.Sprintf("; %d seeding", seeding)
-	}
-	if errs > 0 {
-		line += fmt.Sprintf("; %d with errors", errs)
-	}
-	return line
+	return d.Line(human.Decimal)
 }

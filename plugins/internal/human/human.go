@@ -4,6 +4,7 @@
 package human
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -85,6 +86,43 @@ func Watching(clauses []string) string {
 	line := strings.Join(clauses[:min(len(clauses), maxWatching)], "; ")
 	if n := len(clauses) - maxWatching; n > 0 {
 		line += "; and " + strconv.Itoa(n) + " more"
+	}
+	return line
+}
+
+// Downloads is what a download client is doing, counted for its context
+// line.
+type Downloads struct {
+	Downloading, Queued, Seeding, Errors int
+	Speed                                int64 // bytes per second, all downloads together
+	Nearest                              int64 // seconds until the first download is done; -1 unknown
+}
+
+// Soonest records a download's seconds left, keeping the smallest known.
+func (d *Downloads) Soonest(eta int64) {
+	if eta >= 0 && (d.Nearest < 0 || eta < d.Nearest) {
+		d.Nearest = eta
+	}
+}
+
+// Line words the counts in u, e.g. "2 downloading at 3.1 MB/s, nearest
+// done in 12m, 1 queued; 5 seeding; 1 with errors".
+func (d Downloads) Line(u Units) string {
+	line := "nothing downloading"
+	if d.Downloading > 0 {
+		line = fmt.Sprintf("%d downloading at %s", d.Downloading, u.Rate(d.Speed))
+		if d.Nearest >= 0 {
+			line += ", nearest done in " + Duration(d.Nearest)
+		}
+	}
+	if d.Queued > 0 {
+		line += fmt.Sprintf(", %d queued", d.Queued)
+	}
+	if d.Seeding > 0 {
+		line += fmt.Sprintf("; %d seeding", d.Seeding)
+	}
+	if d.Errors > 0 {
+		line += fmt.Sprintf("; %d with errors", d.Errors)
 	}
 	return line
 }

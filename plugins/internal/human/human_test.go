@@ -61,3 +61,18 @@ func TestWatching(t *testing.T) {
 		}
 	}
 }
+
+func TestDownloadsLine(t *testing.T) {
+	var d Downloads
+	d.Nearest = -1
+	if got := d.Line(Decimal); got != "nothing downloading" {
+		t.Errorf("idle: %q", got)
+	}
+	d = Downloads{Downloading: 2, Queued: 1, Seeding: 5, Errors: 1, Speed: 3_100_000, Nearest: -1}
+	for _, eta := range []int64{-1, 900, 720, 3600} {
+		d.Soonest(eta)
+	}
+	if got, want := d.Line(Decimal), "2 downloading at 3.1 MB/s, nearest done in 12m, 1 queued; 5 seeding; 1 with errors"; got != want {
+		t.Errorf("Line = %q, want %q", got, want)
+	}
+}
