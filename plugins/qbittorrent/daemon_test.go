@@ -1,32 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/pbkdf2"
 	"crypto/rand"
-	"crypto/sha1"
 	"crypto/sha512"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mmcpd/mmcpd/internal/needs"
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
+	"github.com/mmcpd/mmcpd/plugins/internal/torrenttest"
 )
 
 // The tests in this file run a real qbittorrent-nox (Debian package
@@ -58,7 +53,7 @@ func startDaemon(t *testing.T) daemon {
 			t.Fatal(err)
 		}
 	}
-	webPort, peerPort := freePort(t), freePort(t)
+	webPort, peerPort := torrenttest.FreePort(t), torrenttest.FreePort(t)
 	// QSettings' INI format: a key's slashes after its group are written as
 	// backslashes.
 	conf := fmt.Sprintf(`[LegalNotice]
@@ -99,7 +94,7 @@ PortForwardingEnabled=false
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasSuffix(strings.ToLower(strings.SplitN(kv, "=", 2)[0]), "_proxy")
 	})
-	var out lockedBuffer
+	var out torrenttest.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
@@ -151,87 +146,6 @@ func passwordHash(t *testing.T, password string) string {
 	return base64.StdEncoding.EncodeToString(salt) + ":" + base64.StdEncoding.EncodeToString(key)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// bencode encodes ints, strings, lists and dictionaries (keys sorted, as
-// BEP 3 requires).
-func bencode(v any) []byte {
-	var b bytes.Buffer
-	var enc func(any)
-	enc = func(v any) {
-		switch x := v.(type) {
-		case int:
-			fmt.Fprintf(&b, "i%de", x)
-		case string:
-			fmt.Fprintf(&b, "%d:%s", len(x), x)
-		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			b.WriteByte('d')
-			for _, k := range keys {
-				enc(k)
-				enc(x[k])
-			}
-			b.WriteByte('e')
-		default:
-			panic(fmt.Sprintf("bencode: %T", v))
-		}
-	}
-	enc(v)
-	return b.Bytes()
-}
-
-// makeTorrent returns a single-file .torrent for data, without trackers,
-// and its info hash.
-func makeTorrent(name string, data []byte) ([]byte, string) {
-	const pieceLen = 16 << 10
-	var pieces []byte
-	for off := 0; off < len(data); off += pieceLen {
-		sum := sha1.Sum(data[off:min(off+pieceLen, len(data))])
-		pieces = append(pieces, sum[:]...)
-	}
-	info := map[string]any{
-		"name":         name,
-		"length":       len(data),
-		"piece length": pieceLen,
-		"pieces":       string(pieces),
-	}
-	hash := sha1.Sum(bencode(info))
-	return bencode(map[string]any{
-		"created by":    "mmcpd tests",
-		"creation date": 1767225600,
-		"info":          info,
-	}), hex.EncodeToString(hash[:])
-}
-
 func TestRealDaemon(t *testing.T) {
 	d := startDaemon(t)
 	addWait = 3 * time.Second // the duplicate below is never listed
@@ -247,7 +161,7 @@ func TestRealDaemon(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.downloadDir, name), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	torrentFile, hash := makeTorrent(name, data)
+	torrentFile, hash := torrenttest.MakeTorrent(name, data)
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/files/"+name+".torrent" {
 			http.NotFound(w, r)
