@@ -294,6 +294,46 @@ func Health(t *testing.T, name string, build Build) {
 	}
 }
 
+// URLCredentials checks that credentials written into the plugin's URL
+// setting itself (an ?apikey=, a user's password) never reach the tool error
+// the model reads, nor the probe's reason, however the service fails: it is
+// unreachable, or too slow.
+func URLCredentials(t *testing.T, name string, build Build, tool, args string) {
+	t.Helper()
+	const pass, key = "url-pass-71c2", "url-apikey-93fd"
+	service := strings.ToUpper(name[:1]) + name[1:]
+	closed := strings.TrimPrefix(closedURL(t), "http://")
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer slow.Close()
+	slowHost := strings.TrimPrefix(slow.URL, "http://")
+
+	tests := []struct{ name, url, want string }{
+		{"unreachable, key", "http://" + closed + "/?apikey=" + key,
+			service + " is unreachable at http://" + closed + "?apikey=*** ("},
+		{"unreachable, password", "http://" + name + ":" + pass + "@" + closed + "/" + name + "?apikey=" + key,
+			service + " is unreachable at http://" + name + ":***@" + closed + "/" + name + "?apikey=*** ("},
+		{"timeout", "http://" + name + ":" + pass + "@" + slowHost + "/?api_key=" + key,
+			service + " did not answer within 100ms at http://" + name + ":***@" + slowHost + "?api_key=***"},
+	}
+	env := Env()
+	env.Timeout = 100 * time.Millisecond
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Start(t, name, tc.url, build, env)
+			_, msg := Call(t, s, tool, args)
+			h, err := s.Health(context.Background(), &pluginpb.HealthRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for what, text := range map[string]string{"tool error": msg, "probe": h.Problem} {
+				if strings.Contains(text, key) || strings.Contains(text, pass) || !strings.Contains(text, tc.want) {
+					t.Errorf("%s: %q\nwant it to contain %q and no credential", what, text, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // Deadline checks that a call ends with the call's own deadline when the
 // service is slower than it: the host, not the tool, reports that.
 func Deadline(t *testing.T, name string, build Build, tool, args string) {
