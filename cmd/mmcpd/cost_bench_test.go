@@ -48,7 +48,7 @@ func BenchmarkPrefixReuse(b *testing.B) {
 	fast := ollamatest.GPU
 	fast.Speedup = 100 // the shares do not depend on time
 	for b.Loop() {
-		costs := runCostSession(b, fast)
+		costs := runCostSession(b, fast, 1)
 		var reused, reusable int
 		shares, ceiling := make([]float64, len(costs)), make([]float64, len(costs))
 		for i, c := range costs {
@@ -67,6 +67,38 @@ func BenchmarkPrefixReuse(b *testing.B) {
 		b.ReportMetric(float64(slices.MaxFunc(costs, byPrompt).PromptChars), "prompt_max_chars")
 		b.Logf("%d model calls; %% of each prompt reused: %s", len(costs), percents(shares))
 		b.Logf("a perfect cache's %%: %s", percents(ceiling))
+		b.Logf("prompt characters: %s", chars(costs))
+	}
+}
+
+// BenchmarkPrefixReuseLong runs the evening three times over in one session
+// (30 turns, 90 model calls), long enough that the window must cut the
+// history's front, and reports what the cuts cost: how many calls came after
+// a cut (the prompt shrank), the share those calls reused (about the system
+// prompt over what the window kept), the average over the calls after the
+// first, and the characters the cuts made Ollama read again.
+func BenchmarkPrefixReuseLong(b *testing.B) {
+	fast := ollamatest.GPU
+	fast.Speedup = 100
+	for b.Loop() {
+		costs := runCostSession(b, fast, 3)
+		var shares, atCuts []float64
+		reread := 0
+		for i, c := range costs[1:] {
+			shares = append(shares, c.Reused())
+			if c.PromptChars < costs[i].PromptChars {
+				atCuts = append(atCuts, c.Reused())
+				reread += c.PromptChars - c.AddedChars - c.ReusedChars
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(float64(len(atCuts)), "cuts")
+		b.ReportMetric(100*avg(shares), "reuse_avg_after_first_%")
+		if len(atCuts) > 0 {
+			b.ReportMetric(100*avg(atCuts), "reuse_at_cut_%")
+		}
+		b.ReportMetric(float64(reread), "cut_reread_chars")
+		b.Logf("%d model calls; %% of each prompt reused: %s", len(costs), percents(shares))
 		b.Logf("prompt characters: %s", chars(costs))
 	}
 }
@@ -106,7 +138,7 @@ func BenchmarkSessionTime(b *testing.B) {
 	cpu.Speedup = 200 // 30 calls of seconds to minutes each, in seconds
 	for b.Loop() {
 		var sim, ideal, prompt float64
-		for _, c := range runCostSession(b, cpu) {
+		for _, c := range runCostSession(b, cpu, 1) {
 			sim += c.Seconds()
 			ideal += c.IdealSeconds
 			prompt += c.PromptSeconds
@@ -276,9 +308,10 @@ func sessionReply(req api.ChatRequest) ollamatest.Reply {
 	return ollamatest.Reply{Status: http.StatusInternalServerError, Error: "cost session: no scripted question in the prompt"}
 }
 
-// runCostSession runs costSession through a fresh daemon against a fake
-// model with cost c and returns what each model call cost.
-func runCostSession(b *testing.B, c ollamatest.Cost) []ollamatest.CallCost {
+// runCostSession runs costSession, rounds times over in one session, through
+// a fresh daemon against a fake model with cost c and returns what each
+// model call cost.
+func runCostSession(b *testing.B, c ollamatest.Cost, rounds int) []ollamatest.CallCost {
 	b.Helper()
 	fake := ollamatest.New(b)
 	fake.SetCost(c)
@@ -286,7 +319,7 @@ func runCostSession(b *testing.B, c ollamatest.Cost) []ollamatest.CallCost {
 	d := startCostDaemon(b, fake)
 	client := &http.Client{Timeout: 5 * time.Minute}
 	session := ""
-	for i, t := range costSession {
+	for i, t := range slices.Repeat(costSession, rounds) {
 		cr, err := costTurnOnce(client, d.addr, session, t.question)
 		if err != nil {
 			b.Fatalf("turn %d: %v\n%s", i+1, err, d.logs)
@@ -299,7 +332,7 @@ func runCostSession(b *testing.B, c ollamatest.Cost) []ollamatest.CallCost {
 	d.stop(b)
 	fake.Close()
 	costs := fake.Costs()
-	if want := len(costSession) * 3; len(costs) != want {
+	if want := rounds * len(costSession) * 3; len(costs) != want {
 		b.Fatalf("%d model calls, want %d", len(costs), want)
 	}
 	return costs

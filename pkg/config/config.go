@@ -40,7 +40,7 @@ type Config struct {
 	LLMTemperature          float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
 	LLMTimeout              time.Duration `split_words:"true" default:"120s" desc:"how long a model call may wait for the first piece of its reply (a check: for its answer), greater than 0"`
 	LLMIdleTimeout          time.Duration `split_words:"true" default:"60s" desc:"how long a model may stay silent between two pieces of its reply, greater than 0"`
-	LLMMaxContextChars      int           `split_words:"true" default:"20000" desc:"character budget for the prompt, at least 1000"`
+	LLMMaxContextChars      int           `split_words:"true" default:"28000" desc:"character budget for the prompt, at least 1000"`
 	LLMMaxRetries           int           `split_words:"true" default:"2" desc:"self-corrections allowed per step after an invalid model reply, 0 to 10"`
 	LLMRateLimitRetries     int           `split_words:"true" default:"3" desc:"retries when the model server is busy or rate-limits, 0 to 10"`
 	LoopMaxSteps            int           `split_words:"true" default:"5" desc:"maximum reasoning steps per request, 1 to 50"`
@@ -348,9 +348,11 @@ func (c Config) SlogLevel() slog.Level {
 }
 
 const (
-	// charsPerToken is a deliberately pessimistic estimate: English averages
-	// about 4, but JSON, paths and IDs from media tools tokenise worse.
-	charsPerToken = 3
+	// charsPerToken is prose's rate, the most characters a token of the
+	// prompt usually holds: a budget that does not fit num_ctx even at this
+	// rate can never be used. Below it the window follows the ratio learned
+	// from the model's own counts (llm.Client.PromptBudget).
+	charsPerToken = 4
 	// replyReserveTokens is left free in num_ctx for the model's answer.
 	replyReserveTokens = 1024
 )

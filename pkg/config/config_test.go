@@ -25,7 +25,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_LLM_TEMPERATURE", "0"},
 	{"MMCP_LLM_TIMEOUT", "120s"},
 	{"MMCP_LLM_IDLE_TIMEOUT", "60s"},
-	{"MMCP_LLM_MAX_CONTEXT_CHARS", "20000"},
+	{"MMCP_LLM_MAX_CONTEXT_CHARS", "28000"},
 	{"MMCP_LLM_MAX_RETRIES", "2"},
 	{"MMCP_LLM_RATE_LIMIT_RETRIES", "3"},
 	{"MMCP_LOOP_MAX_STEPS", "5"},
@@ -65,7 +65,7 @@ var defaults = Config{
 	LLMTemperature:          0,
 	LLMTimeout:              120 * time.Second,
 	LLMIdleTimeout:          60 * time.Second,
-	LLMMaxContextChars:      20000,
+	LLMMaxContextChars:      28000,
 	LLMMaxRetries:           2,
 	LLMRateLimitRetries:     3,
 	LoopMaxSteps:            5,
@@ -474,13 +474,13 @@ func TestWarnings(t *testing.T) {
 		want []string // substrings of the only warning; nil means no warning
 	}{
 		{"defaults", defaults, nil},
-		{"budget exactly fits", with(func(c *Config) { c.LLMMaxContextChars = 21504 }), nil},
-		{"budget one token over", with(func(c *Config) { c.LLMMaxContextChars = 21507 }),
-			[]string{"MMCP_LLM_MAX_CONTEXT_CHARS=21507", "MMCP_OLLAMA_NUM_CTX=8192", "at most 21504", "never used"}},
+		{"budget exactly fits", with(func(c *Config) { c.LLMMaxContextChars = 28672 }), nil},
+		{"budget one token over", with(func(c *Config) { c.LLMMaxContextChars = 28676 }),
+			[]string{"MMCP_LLM_MAX_CONTEXT_CHARS=28676", "MMCP_OLLAMA_NUM_CTX=8192", "at most 28672", "never used"}},
 		{"budget far over", with(func(c *Config) { c.LLMMaxContextChars = 100000 }),
-			[]string{"MMCP_LLM_MAX_CONTEXT_CHARS=100000", "MMCP_OLLAMA_NUM_CTX=8192", "at most 21504", "at least 34357", "never used"}},
+			[]string{"MMCP_LLM_MAX_CONTEXT_CHARS=100000", "MMCP_OLLAMA_NUM_CTX=8192", "at most 28672", "at least 26024", "never used"}},
 		{"num_ctx too small for any budget", with(func(c *Config) { c.OllamaNumCtx = 1024 }),
-			[]string{"MMCP_OLLAMA_NUM_CTX=1024", "at least 7690"}},
+			[]string{"MMCP_OLLAMA_NUM_CTX=1024", "at least 8024"}},
 		{"tool output larger than budget", with(func(c *Config) { c.ToolMaxOutputChars = 30000 }),
 			[]string{"MMCP_TOOL_MAX_OUTPUT_CHARS=30000"}},
 		{"exposed without token", with(func(c *Config) { c.ListenAddr = "0.0.0.0:8787" }),
@@ -571,7 +571,7 @@ MMCP_OLLAMA_KEEP_ALIVE=5m0s
 MMCP_LLM_TEMPERATURE=0
 MMCP_LLM_TIMEOUT=2m0s
 MMCP_LLM_IDLE_TIMEOUT=1m0s
-MMCP_LLM_MAX_CONTEXT_CHARS=20000
+MMCP_LLM_MAX_CONTEXT_CHARS=28000
 MMCP_LLM_MAX_RETRIES=2
 MMCP_LLM_RATE_LIMIT_RETRIES=3
 MMCP_LOOP_MAX_STEPS=5

@@ -144,7 +144,7 @@ func FuzzWindow(f *testing.F) {
 			return
 		}
 		start, wasStart := len(msgs)-(len(now)-1), prev-(len(was)-1)
-		high, low := budget*HighWater/100, budget*LowWater/100
+		high, low := Marks(sysSize, budget)
 		switch {
 		case start < wasStart:
 			t.Fatalf("the start went back from %d to %d", wasStart, start)

@@ -23,6 +23,7 @@ func size(s string) int { return utf8.RuneCountInString(s) }
 func TestWindow(t *testing.T) {
 	const s5 = "SSSSS" // a 5-character system prompt
 	u1, a1, u2, a2, u3 := user(chars("1", 10)), answer(chars("2", 10)), user(chars("3", 10)), answer(chars("4", 10)), user(chars("5", 10))
+	a3, u4 := answer(chars("6", 10)), user(chars("7", 10))
 	c1, o1 := call(chars("c", 10)), observe(chars("o", 10))
 	c2, o2 := call(chars("d", 10)), observe(chars("p", 10))
 	long := chars("x", 100)
@@ -43,12 +44,13 @@ func TestWindow(t *testing.T) {
 		// 35 characters, and 90% of 39 is 35: at the high mark, not past it.
 		{name: "at the high mark nothing is dropped", system: s5, msgs: []Message{u1, a1, u2}, budget: 39, want: []Message{sys(s5), u1, a1, u2}},
 		// 35 characters, past 90% of 38 (34): the oldest turn goes, and
-		// the prompt is 15, under 70% of 38 (26).
+		// the prompt is 15, under the low mark (5 + half of 34-5: 19).
 		{name: "past the high mark the oldest turn goes", system: s5, msgs: []Message{u1, a1, u2}, budget: 38, want: []Message{sys(s5), u2}},
-		// 55 characters, past 90% of 60 (54): turns go, oldest first,
-		// until the prompt is at most 70% of 60 (42): one is enough (35).
-		{name: "down to the low mark, whole turns", system: s5, msgs: []Message{u1, a1, u2, a2, u3}, budget: 60, want: []Message{sys(s5), u2, a2, u3}},
-		{name: "a turn's calls and results go with it", system: s5, msgs: []Message{u1, c1, o1, a1, u2, a2, u3}, budget: 60, want: []Message{sys(s5), u2, a2, u3}},
+		// 75 characters, past 90% of 80 (72): turns go, oldest first,
+		// until the prompt is at most the low mark (5 + half of 72-5:
+		// 38): one is not enough (55), two are (35).
+		{name: "down to the low mark, whole turns", system: s5, msgs: []Message{u1, a1, u2, a2, u3, a3, u4}, budget: 80, want: []Message{sys(s5), u3, a3, u4}},
+		{name: "a turn's calls and results go with it", system: s5, msgs: []Message{u1, c1, o1, a1, u2, a2, u3, a3, u4}, budget: 100, want: []Message{sys(s5), u3, a3, u4}},
 		{name: "nothing but the current turn fits", system: s5, msgs: []Message{u1, a1, u2}, budget: 16, want: []Message{sys(s5), u2}},
 		{name: "current turn kept before older history", system: s5, msgs: []Message{u1, a1, u2, c1, o1, c2, o2}, budget: 60, want: []Message{sys(s5), u2, c1, o1, c2, o2}},
 		{name: "no user message, under the high mark", system: s5, msgs: []Message{c1, o1, a1}, budget: 1000, want: []Message{sys(s5), c1, o1, a1}},
@@ -140,7 +142,7 @@ func TestWindow(t *testing.T) {
 func TestWindowMovesInLargeSteps(t *testing.T) {
 	system := chars("S", 100)
 	lim := Limits{Budget: 2000, MaxObservation: 4000}
-	high, low := lim.Budget*HighWater/100, lim.Budget*LowWater/100
+	high, low := Marks(size(system), lim.Budget)
 	var conv []Message
 	var prev []Message // the previous call's window
 	prevStart, moves, calls := 0, 0, 0

@@ -68,7 +68,7 @@ type Config struct {
 var DefaultConfig = Config{
 	MaxSteps:        5,
 	MaxRetries:      2,
-	MaxContextChars: 20000,
+	MaxContextChars: 28000,
 	MaxOutputChars:  4000,
 	ToolTimeout:     30 * time.Second,
 	MaxToolFailures: 3,

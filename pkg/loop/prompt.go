@@ -157,8 +157,9 @@ func (t *turn) window(p *prompt, extra []convo.Message) ([]convo.Message, error)
 }
 
 // shrinkPercent is how much of a prompt Ollama refused the next one may take:
-// the window's low mark, so that the cut lands where the window would cut.
-const shrinkPercent = convo.LowWater
+// the refusal says only that it was too long, not by how much, and the
+// budget's ratio was wrong by more than the window's slack for it to happen.
+const shrinkPercent = 70
 
 // shrink notes Ollama's refusal of msgs as longer than the model's context:
 // the rest of the step gets shrinkPercent of their size. It returns that size.
