@@ -155,7 +155,7 @@ func (s *Server) pauseOpenAI(r *http.Request, msgs []CompletionMessage, conv *co
 	turns := importedTurns(conv.Messages[:before])
 	// Run added the user message first, then the turn's steps.
 	turns = append(turns, store.Turn{Message: conv.Messages[before].Content, Status: store.TurnAwaiting, Messages: conv.Messages[before+1:]})
-	sess, ids, err := s.Store.CreateSessionFrom(ctx, store.Title(turns[0].Message), trace.ID(ctx), turns)
+	sess, ids, err := s.Store.CreateSessionFrom(ctx, store.Title(firstUserText(msgs)), trace.ID(ctx), turns)
 	if err != nil {
 		return "", fmt.Errorf("recording the conversation that asks for approval: %w", err)
 	}
@@ -168,6 +168,17 @@ func (s *Server) pauseOpenAI(r *http.Request, msgs []CompletionMessage, conv *co
 	}
 	s.log().InfoContext(ctx, "approval asked through the OpenAI route", "session_id", sess.ID, "approval_id", a.ID, "tool", p.Tool)
 	return s.question(r, sess.ID, a.ID, approvalCode(a.ID, historyDigest(msgs)), p), nil
+}
+
+// firstUserText is the conversation's first user message as the client
+// wrote it (the turn's own message may carry the client's instructions).
+func firstUserText(msgs []CompletionMessage) string {
+	for _, m := range msgs {
+		if text, _ := contentText(m.Content); m.Role == "user" && !blank(text) {
+			return text
+		}
+	}
+	return ""
 }
 
 // importedTurns splits a client's conversation into turns, one per user

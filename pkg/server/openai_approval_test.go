@@ -125,9 +125,9 @@ var questionIDs = regexp.MustCompile(`http://[^/\s]+/#session=([0-9a-f-]{36})&ap
 
 // askApproval starts a conversation whose turn asks to run guard_remove on
 // text, checks the question, and returns it with the session it names.
-func askApproval(t *testing.T, g *guardEnv, stream bool, first string) (question, session string) {
+func askApproval(t *testing.T, g *guardEnv, stream bool, first string, before ...openai.ChatCompletionMessageParamUnion) (question, session string) {
 	t.Helper()
-	q := ask(t, g.env, stream, openai.UserMessage(first))
+	q := ask(t, g.env, stream, append(before, openai.UserMessage(first))...)
 	for _, want := range []string{"I need your yes or no before I run `guard_remove` with:\n- `text`: `\"old\"`\n", "Why: The user wants old removed.",
 		"Nothing has run yet. Reply **yes** to run it or **no** to cancel it", "approval code "} {
 		if !strings.Contains(q, want) {
@@ -165,13 +165,19 @@ func TestOpenAIApprovals(t *testing.T) {
 			t.Run("approve", func(t *testing.T) {
 				g := startGuard(t, server.Limits{}, removeCall(), final("Removed old."))
 				const first = "remove old"
-				q, session := askApproval(t, g, stream, first)
-				yes := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(first), openai.AssistantMessage(q), openai.UserMessage("Yes!")}
+				q, session := askApproval(t, g, stream, first, openai.SystemMessage("Today is Monday."))
+				// The client's instructions are rebuilt for every request
+				// (Open WebUI puts the date in them): not part of the match.
+				yes := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Today is Tuesday."), openai.UserMessage(first), openai.AssistantMessage(q), openai.UserMessage("Yes!")}
 				if got := ask(t, g.env, stream, yes...); got != "Removed old." {
 					t.Errorf("answer after yes = %q", got)
 				}
 				if r := g.runs(t); len(r) != 1 || r[0] != "old" {
 					t.Errorf("runs after yes = %v, want [old]", r)
+				}
+				_, body := g.do(t, "GET", "/v1/sessions/"+session, "", "Authorization", "Bearer tok")
+				if !strings.Contains(string(body), `"title":"remove old"`) {
+					t.Errorf("the session's title is not the first message: %s", body)
 				}
 				turns := turnsOf(t, g.env, session)
 				last := turns[len(turns)-1]
@@ -193,8 +199,9 @@ func TestOpenAIApprovals(t *testing.T) {
 			})
 			t.Run("deny", func(t *testing.T) {
 				g := startGuard(t, server.Limits{}, removeCall(), final("Left it alone."))
-				q, session := askApproval(t, g, stream, "remove old")
-				if got := ask(t, g.env, stream, openai.UserMessage("remove old"), openai.AssistantMessage(q), openai.UserMessage("no")); got != "Left it alone." {
+				// An earlier exchange: kept in the session as a turn of its own.
+				q, session := askApproval(t, g, stream, "remove old", openai.UserMessage("hi"), openai.AssistantMessage("Hello!"))
+				if got := ask(t, g.env, stream, openai.UserMessage("hi"), openai.AssistantMessage("Hello!"), openai.UserMessage("remove old"), openai.AssistantMessage(q), openai.UserMessage("no")); got != "Left it alone." {
 					t.Errorf("answer after no = %q", got)
 				}
 				if r := g.runs(t); len(r) != 0 {
@@ -204,8 +211,10 @@ func TestOpenAIApprovals(t *testing.T) {
 				if last := reqs[len(reqs)-1].Messages; !strings.Contains(last[len(last)-1].Content, "guard_remove was not run: the user declined it") {
 					t.Errorf("the model was not told: %+v", last[len(last)-1])
 				}
-				if turns := turnsOf(t, g.env, session); turns[0].Status != store.TurnDone {
-					t.Errorf("the session's turn: %+v", turns[0])
+				turns := turnsOf(t, g.env, session)
+				if len(turns) != 2 || turns[0].Status != store.TurnDone || len(turns[0].Items) != 2 || turns[0].Items[1].Content != "Hello!" ||
+					turns[1].Status != store.TurnDone || turns[1].Items[0].Content != "remove old" {
+					t.Errorf("the session's turns: %+v", turns)
 				}
 			})
 			t.Run("unrelated reply", func(t *testing.T) {
