@@ -21,7 +21,8 @@ import (
 // OpenAI-compatible serving: GET /v1/models and POST /v1/chat/completions let
 // Open WebUI and any OpenAI client talk to mmcpd as if it were a model. Each
 // completion is one stateless turn: the request's messages are the whole
-// conversation, and nothing is stored.
+// conversation, and nothing is stored, but for a turn that asks for approval
+// (see openai_approval.go).
 
 // OpenAIModel is the one model id GET /v1/models lists. Completions accept
 // any model id (clients send what they have cached) and echo it back.
