@@ -283,6 +283,29 @@ func turnEnd(r *http.Request, turnCtx context.Context, err error) error {
 
 // finish commits what the turn added and answers the client.
 func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, session string, turn int64, conv *convo.Conversation, before int, res *loop.Result, runErr error) {
+	a, runErr, err := s.record(r, session, turn, conv, before, res, runErr)
+	switch {
+	case err != nil:
+		out.failInternal(err)
+		return
+	case runErr != nil:
+		out.turnFailed(runErr)
+		return
+	}
+	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Steps: res.Steps, Usage: res.Usage}
+	if a != nil {
+		p := res.Pending
+		resp.Type = TypeActionRequest
+		resp.ActionRequest = ActionRequest{ApprovalID: a.ID, Tool: p.Tool, Args: p.Args, Explanation: Explain(p.Thought)}
+	}
+	out.done(resp)
+}
+
+// record commits what a turn added and how it ended, and stores the
+// approval a paused turn waits for (returned, nil when none). runErr comes
+// back as the client should get it; failed is set when the turn ran well
+// but could not be recorded, or its approval stored.
+func (s *Server) record(r *http.Request, session string, turn int64, conv *convo.Conversation, before int, res *loop.Result, runErr error) (a *store.Approval, _ error, failed error) {
 	ctx := context.WithoutCancel(r.Context()) // a client that left still gets its turn recorded
 	added := conv.Messages[min(before, len(conv.Messages)):]
 	status, errMsg, outcome := store.TurnDone, "", TypeAnswer
@@ -304,26 +327,21 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 		s.log().ErrorContext(ctx, "recording the turn", "session_id", session, "err", err)
 		s.failTurn(ctx, session, turn, err)
 		if runErr == nil {
-			out.failInternal(fmt.Errorf("recording the turn: %w", err))
-			return
+			return nil, nil, fmt.Errorf("recording the turn: %w", err)
 		}
 	}
 	if runErr != nil {
-		out.turnFailed(runErr)
-		return
+		return nil, runErr, nil
 	}
-	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Steps: res.Steps, Usage: res.Usage}
 	if p := res.Pending; p != nil {
-		a, err := s.Store.CreateApproval(ctx, session, turn, p.Tool, string(p.Args), s.Limits.ApprovalTTL)
+		created, err := s.Store.CreateApproval(ctx, session, turn, p.Tool, string(p.Args), s.Limits.ApprovalTTL)
 		if err != nil {
 			s.failTurn(ctx, session, turn, err) // no approval can ever resume it
-			out.failInternal(err)
-			return
+			return nil, nil, err
 		}
-		resp.Type = TypeActionRequest
-		resp.ActionRequest = ActionRequest{ApprovalID: a.ID, Tool: p.Tool, Args: p.Args, Explanation: Explain(p.Thought)}
+		a = &created
 	}
-	out.done(resp)
+	return a, nil, nil
 }
 
 // failTurn is the last resort when a turn's record could not be written: it
@@ -415,10 +433,21 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, id string) (sto
 
 // lock gives the caller the session's one turn, or answers 409 at once.
 func (s *Server) lock(w http.ResponseWriter, r *http.Request, id string) bool {
+	if !s.tryLock(id) {
+		s.fail(w, r, http.StatusConflict, "session_busy", busyMessage, true)
+		return false
+	}
+	return true
+}
+
+const busyMessage = "a turn is already running in this session; retry when it ends"
+
+// tryLock gives the caller the session's one turn, or reports that it is
+// taken.
+func (s *Server) tryLock(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.busy[id] {
-		s.fail(w, r, http.StatusConflict, "session_busy", "a turn is already running in this session; retry when it ends", true)
 		return false
 	}
 	s.busy[id] = true

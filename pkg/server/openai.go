@@ -21,7 +21,8 @@ import (
 // OpenAI-compatible serving: GET /v1/models and POST /v1/chat/completions let
 // Open WebUI and any OpenAI client talk to mmcpd as if it were a model. Each
 // completion is one stateless turn: the request's messages are the whole
-// conversation, and nothing is stored.
+// conversation, and nothing is stored, but for a turn that asks for approval
+// (see openai_approval.go).
 
 // OpenAIModel is the one model id GET /v1/models lists. Completions accept
 // any model id (clients send what they have cached) and echo it back.
@@ -174,17 +175,46 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		model = OpenAIModel
 	}
 	id, created := "chatcmpl-"+trace.ID(ctx), time.Now().Unix()
+	base := CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model}
 	if s.Tasks != nil && isTask(req.Messages) {
-		s.task(w, r, &req, CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model})
+		s.task(w, r, &req, base)
 		return
 	}
+	if reply, ok := matchApproval(req.Messages); ok && s.answerApproval(w, r, &req, reply, base) {
+		return
+	}
+	s.complete(w, r, &req, base, func(turnCtx context.Context, progress loop.Observer) (string, *loop.Result, error) {
+		before := len(conv.Messages)
+		res, err := s.Turns.Run(turnCtx, &conv, message, progress)
+		err = turnEnd(r, turnCtx, err)
+		s.openAITurnDone(ctx, res, err)
+		if err != nil {
+			return "", res, err
+		}
+		if res.Pending == nil {
+			return res.Answer, res, nil
+		}
+		q, err := s.pauseOpenAI(r, req.Messages, &conv, before, res)
+		return q, res, err
+	})
+}
+
+// completionTurn runs the turn behind a completion, within turnCtx, handing
+// its events to progress (nil when the answer is not streamed), and returns
+// the answer's text. Its error is the turn's as the client should get it
+// (turnEnd has been applied).
+type completionTurn func(turnCtx context.Context, progress loop.Observer) (answer string, res *loop.Result, err error)
+
+// complete answers a completion request with what run gives: one JSON
+// completion, or, when the client asked for a stream, the role, the turn's
+// progress and the answer as chunks.
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *CompletionRequest, base CompletionChunk, run completionTurn) {
+	ctx := r.Context()
 	turnCtx, cancel := s.turnContext(r)
 	defer cancel()
 
 	if !req.Stream {
-		res, err := s.Turns.Run(turnCtx, &conv, message, nil)
-		err = turnEnd(r, turnCtx, err)
-		s.openAITurnDone(ctx, res, err)
+		answer, res, err := run(turnCtx, nil)
 		if err != nil {
 			if clientLeft(r) {
 				s.log().InfoContext(ctx, "turn cancelled by the client", "err", err)
@@ -195,19 +225,17 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.reply(w, http.StatusOK, Completion{
-			ID: id, Object: "chat.completion", Created: created, Model: model,
-			Choices: []CompletionChoice{{Message: AssistantOutput{Role: "assistant", Content: openAIAnswer(res)}, FinishReason: "stop"}},
+			ID: base.ID, Object: "chat.completion", Created: base.Created, Model: base.Model,
+			Choices: []CompletionChoice{{Message: AssistantOutput{Role: "assistant", Content: answer}, FinishReason: "stop"}},
 			Usage:   openAIUsage(res),
 		})
 		return
 	}
 
-	st := &completionStream{sse: newSSEWriter(w, s.Limits.StreamHeartbeat), base: CompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model}}
+	st := &completionStream{sse: newSSEWriter(w, s.Limits.StreamHeartbeat), base: base}
 	defer st.sse.stop()
 	st.delta(Delta{Role: "assistant"}, nil)
-	res, err := s.Turns.Run(turnCtx, &conv, message, st.progress)
-	err = turnEnd(r, turnCtx, err)
-	s.openAITurnDone(ctx, res, err)
+	answer, res, err := run(turnCtx, st.progress)
 	if err != nil {
 		if clientLeft(r) {
 			s.log().InfoContext(ctx, "turn cancelled by the client", "err", err)
@@ -220,7 +248,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		st.done()
 		return
 	}
-	st.answer(openAIAnswer(res))
+	st.answer(answer)
 	stop := "stop"
 	st.delta(Delta{}, &stop)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -249,22 +277,6 @@ func (s *Server) openAITurnDone(ctx context.Context, res *loop.Result, err error
 	default:
 		s.TurnDone(TypeAnswer)
 	}
-}
-
-// openAIAnswer is the turn's answer, or, when it stopped at a call that needs
-// approval, a sentence saying so: this route cannot carry an approval, so the
-// call is never run.
-func openAIAnswer(res *loop.Result) string {
-	p := res.Pending
-	if p == nil {
-		return res.Answer
-	}
-	args := string(p.Args)
-	var b bytes.Buffer
-	if json.Compact(&b, p.Args) == nil {
-		args = b.String()
-	}
-	return fmt.Sprintf("This needs your approval: %s %s. Nothing was run: this chat cannot approve actions. Ask through mmcpd's own chat (POST /v1/chat) to approve it.", p.Tool, args)
 }
 
 func openAIUsage(res *loop.Result) CompletionUsage {

@@ -335,7 +335,7 @@ func TestOpenAIToolsAndApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `This needs your approval: radarr_add {"query":"dune"}. Nothing was run`
+	want := "I need your yes or no before I run `radarr_add` with:\n- `query`: `\"dune\"`\n"
 	if !strings.HasPrefix(got.Choices[0].Message.Content, want) || got.Choices[0].FinishReason != "stop" {
 		t.Errorf("content = %q", got.Choices[0].Message.Content)
 	}
@@ -344,7 +344,12 @@ func TestOpenAIToolsAndApproval(t *testing.T) {
 	if len(tl.calls) != 1 || tl.calls[0] != "tmdb_search" {
 		t.Errorf("calls = %v", tl.calls)
 	}
-	noSessions(t, e, "")
+	// The turn that asks is kept, so its approval can be answered; the
+	// one that answered is not.
+	_, list := e.do(t, "GET", "/v1/sessions", "")
+	if n := strings.Count(string(list), `"id"`); n != 1 || !strings.Contains(string(list), `"title":"add dune"`) {
+		t.Errorf("sessions = %s", list)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Join(outcomes, ",") != "answer,action_request" {

@@ -612,3 +612,51 @@ func newID() string {
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
+
+// CreateSessionFrom adds a session holding turns already run elsewhere (an
+// OpenAI client's conversation, whose history the client kept), in one
+// transaction, and returns the new turns' ids in order. Each turn is
+// recorded with its Message, Status, Error and Messages; one that is not
+// running or awaiting an approval is ended now.
+func (s *Store) CreateSessionFrom(ctx context.Context, title, traceID string, turns []Turn) (Session, []int64, error) {
+	if err := s.Healthy(); err != nil {
+		return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+	}
+	t := now()
+	sess := Session{ID: newID(), Title: title, Created: fromNanos(t), Updated: fromNanos(t)}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, created, updated) VALUES (?, ?, ?, ?)`, sess.ID, title, t, t); err != nil {
+		return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+	}
+	ids := make([]int64, 0, len(turns))
+	for _, turn := range turns {
+		var ended any
+		if turn.Status != TurnRunning && turn.Status != TurnAwaiting {
+			ended = t
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO turns (session, trace_id, message, status, error, started, ended) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			sess.ID, traceID, turn.Message, turn.Status, turn.Error, t, ended)
+		if err != nil {
+			return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+		}
+		for _, m := range turn.Messages {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO messages (session, turn, role, content, tool, created) VALUES (?, ?, ?, ?, ?, ?)`,
+				sess.ID, id, string(m.Role), m.Content, m.Tool, t); err != nil {
+				return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+			}
+		}
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(); err != nil {
+		return Session{}, nil, fmt.Errorf("creating a session: %w", err)
+	}
+	return sess, ids, nil
+}

@@ -903,3 +903,34 @@ func TestIntegrityCheck(t *testing.T) {
 		t.Errorf("IntegrityCheck: %v", err)
 	}
 }
+
+func TestCreateSessionFrom(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, "")
+	call := convo.Message{Role: convo.Assistant, Content: `{"thought":"t","action":"rm","args":{}}`, Tool: "rm"}
+	sess, ids, err := s.CreateSessionFrom(ctx, "imported", "trace-9", []store.Turn{
+		{Message: "hi", Status: store.TurnDone, Messages: []convo.Message{final("hello")}},
+		{Message: "remove it", Status: store.TurnAwaiting, Messages: []convo.Message{call}},
+	})
+	if err != nil || len(ids) != 2 || ids[0] >= ids[1] {
+		t.Fatalf("CreateSessionFrom: %v, ids %v", err, ids)
+	}
+	turns, err := s.Turns(ctx, sess.ID)
+	if err != nil || len(turns) != 2 {
+		t.Fatalf("turns %+v, %v", turns, err)
+	}
+	if tr := turns[0]; tr.ID != ids[0] || tr.Status != store.TurnDone || tr.Ended == nil || tr.TraceID != "trace-9" || fmt.Sprint(tr.Messages) != fmt.Sprint([]convo.Message{final("hello")}) {
+		t.Errorf("first turn %+v", tr)
+	}
+	if tr := turns[1]; tr.ID != ids[1] || tr.Status != store.TurnAwaiting || tr.Ended != nil || tr.Message != "remove it" {
+		t.Errorf("second turn %+v", tr)
+	}
+	conv := store.Conversation(turns)
+	if n := len(conv.Messages); n != 4 || conv.Messages[3].Tool != "rm" {
+		t.Errorf("conversation %+v", conv.Messages)
+	}
+	got, err := s.Session(ctx, sess.ID)
+	if err != nil || got.Title != "imported" {
+		t.Errorf("session %+v, %v", got, err)
+	}
+}

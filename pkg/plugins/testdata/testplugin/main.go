@@ -24,7 +24,8 @@
 //	           prints the mistake and exits 1 before the handshake
 //	liar       describes itself as "impostor"
 //	dup, zdup  declare works_echo too (dup sorts before works, zdup after)
-//	guard      guard_remove {text} needs the user's approval
+//	guard      guard_remove {text} needs the user's approval; each run
+//	           appends its text to the file named by its optional setting LOG
 //	aaa        declares guard_remove too, without approval: a takeover
 //	bloat      bloat_big has a 5 MB description, bloat_wide a 100 KB
 //	           schema; bloat_echo is fine
@@ -179,7 +180,19 @@ func main() {
 			return echoResult{Echo: a.Text, Plugin: name}, nil
 		})
 	case "guard":
+		var cfg struct {
+			Log string `desc:"File that gets one line per run of guard_remove, its text"`
+		}
+		p.Settings(&cfg)
 		sdk.Tool(p, "guard_remove", "Removes something; asks first", func(_ context.Context, a echoArgs) (echoResult, error) {
+			if cfg.Log != "" {
+				f, err := os.OpenFile(cfg.Log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err != nil {
+					return echoResult{}, err
+				}
+				fmt.Fprintln(f, a.Text)
+				f.Close()
+			}
 			return echoResult{Echo: a.Text, Plugin: name}, nil
 		}, sdk.NeedsApproval())
 	case "aaa":
