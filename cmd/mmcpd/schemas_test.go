@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/mmcpd/mmcpd/internal/s2g"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
+	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/server"
 )
 
@@ -75,4 +77,27 @@ func TestSchemasFromStrangers(t *testing.T) {
 		t.Fatal("Ollama got no request")
 	}
 	conv.Accepts(t, "the format Ollama got", reqs[0].Format)
+}
+
+// TestBundledUnionFormat: the union of every bundled tool, as Ollama gets it
+// when every plugin serves, passes Ollama's converter, grammar size included.
+func TestBundledUnionFormat(t *testing.T) {
+	conv := s2g.Build(t)
+	dir, names := bundledPlugins(t)
+	var tools []schema.Tool
+	for _, n := range names {
+		d, err := describePlugin(filepath.Join(dir, plugins.FilePrefix+n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range d.Tools {
+			tools = append(tools, schema.Tool{Name: tl.Name, Description: tl.Description, Schema: tl.ArgsSchema})
+		}
+	}
+	u, err := schema.NewUnion(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv.Accepts(t, "the union of the bundled tools", u.Format())
+	t.Logf("%d bundled tools: format %d bytes, full schema %d bytes", len(tools), len(u.Format()), len(u.Schema()))
 }
