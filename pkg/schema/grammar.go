@@ -46,6 +46,7 @@ const (
 	maxGrammarInt    = 1_000_000 // integer bounds kept within ±this: wider ranges make grammars of kilobytes
 	maxGrammarTuples = 8         // a closed tuple of up to this many lengths is spelt out
 	maxGrammarRepeat = 64        // pattern repetition counts kept up to this
+	maxGrammarRanges = 16        // integer ranges kept per tool: each costs the grammar up to ~500 bytes
 	maxGrammarBytes  = 256 << 10 // a tool whose copy is larger is refused
 	anyTypes         = `["string","number","boolean","null","object","array"]`
 )
@@ -67,6 +68,7 @@ type grammarTool struct {
 	names  map[*node]string // a reference target -> its pointer in the union
 	todo   []pendingDef
 	ids    []string // the keywords that give a schema its URI: "id" before draft 6
+	ranges int      // integer ranges kept so far
 }
 
 type pendingDef struct {
@@ -275,8 +277,20 @@ func plainObject(n *node) bool {
 	return true
 }
 
-// plain rebuilds a schema without $ref or combinators.
+// plain rebuilds a schema without $ref or combinators. Its description
+// stays: the converter ignores it, and Ollama converts into a buffer four
+// times the format's size, which the description helps fill honestly.
 func (g *grammarTool) plain(n, scope *node, depth int) *node {
+	out := g.plainBare(n, scope, depth)
+	if d := n.get("description"); d != nil {
+		if _, ok := d.str(); ok && out.get("anyOf") == nil {
+			out.obj = append(out.obj, member{"description", d})
+		}
+	}
+	return out
+}
+
+func (g *grammarTool) plainBare(n, scope *node, depth int) *node {
 	if c := n.get("const"); c != nil && safeLiteral(c) {
 		return obj(member{"const", c})
 	}
@@ -303,7 +317,11 @@ func (g *grammarTool) plain(n, scope *node, depth int) *node {
 		case "string":
 			stringKeywords(n, out)
 		case "integer":
-			integerBounds(n, out)
+			// Ollama converts into a buffer four times the format's size
+			// (at least 32 KiB); past a few ranges the grammar may not fit.
+			if g.ranges < maxGrammarRanges && integerBounds(n, out) {
+				g.ranges++
+			}
 		}
 	}
 	return out
@@ -627,11 +645,11 @@ func stringKeywords(n, out *node) {
 
 // integerBounds keeps the integer bounds, rounded inwards to integers the
 // converter can spell: draft 4's boolean exclusive bounds and 6's numbers.
-func integerBounds(n, out *node) {
+func integerBounds(n, out *node) bool {
 	lo, hasLo := bound(n, "minimum", "exclusiveMinimum", math.Ceil, 1)
 	hi, hasHi := bound(n, "maximum", "exclusiveMaximum", math.Floor, -1)
 	if hasLo && hasHi && lo > hi {
-		return
+		return false
 	}
 	if hasLo {
 		out.obj = append(out.obj, member{"minimum", lit(strconv.FormatInt(lo, 10))})
@@ -639,6 +657,7 @@ func integerBounds(n, out *node) {
 	if hasHi {
 		out.obj = append(out.obj, member{"maximum", lit(strconv.FormatInt(hi, 10))})
 	}
+	return hasLo || hasHi
 }
 
 func bound(n *node, incl, excl string, round func(float64) float64, step int64) (int64, bool) {

@@ -68,6 +68,7 @@ var tricky = []trickyCase{
 		[]string{`{"a":"x\"y","b":"123","c":"ok","d":"ab"}`}},
 	{"formats", `{"type":"object","properties":{"d":{"type":"string","format":"date"},"t":{"type":"string","format":"date-time"},"e":{"type":"string","format":"email"},"u":{"format":"uuid"}}}`,
 		[]string{`{"d":"2024-01-31","t":"2024-01-31T10:00:00Z","e":"a@b.co","u":"123e4567-e89b-12d3-a456-426614174000"}`}},
+	{"many_ranges", `{"type":"object","properties":{` + manyRanges(30) + `}}`, []string{`{"p0":5,"p29":123456}`}},
 	{"numbers", `{"type":"object","properties":{"big":{"enum":[1e400,2]},"f":{"type":"integer","minimum":1.5,"maximum":3.5}}}`,
 		[]string{`{"big":2,"f":2}`}},
 	{"min_over_max", `{"type":"object","properties":{"s":{"type":"string","minLength":5,"maxLength":2},"a":{"type":"array","minItems":3,"maxItems":1}}}`, nil},
@@ -287,4 +288,14 @@ func firstLine(s string) string {
 		s = s[:80]
 	}
 	return s
+}
+
+// manyRanges declares n integers with wide ranges: their grammar is many
+// times their size, and the copy keeps only some.
+func manyRanges(n int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf(`"p%d":{"type":"integer","minimum":%d,"maximum":%d}`, i, i, 1000000-i))
+	}
+	return strings.Join(parts, ",")
 }

@@ -66,7 +66,7 @@ func NewUnion(tools []Tool) (*Union, error) {
 
 		rebase(args, fmt.Sprintf("#/oneOf/%d/properties/args", i))
 		fullBranches = append(fullBranches, branch(t, args, nil, true))
-		formatBranches = append(formatBranches, branch(t, gargs, gdefs, false))
+		formatBranches = append(formatBranches, branch(t, gargs, gdefs, true))
 	}
 	full.obj = []member{{"oneOf", &node{isArr: true, arr: fullBranches}}}
 	format.obj = []member{{"oneOf", &node{isArr: true, arr: formatBranches}}}
@@ -111,9 +111,10 @@ func (u *Union) Format() json.RawMessage { return u.format }
 // and its arguments.
 func (u *Union) Docs() string { return u.docs }
 
-// branch is one tool's branch of the union. The format copy carries no
-// descriptions (the converter reads none; the system prompt has them) and
-// holds the $defs its references point at.
+// branch is one tool's branch of the union; the format copy's holds the
+// $defs its references point at. Descriptions stay in both: the converter
+// reads none, but Ollama converts into a buffer four times the format's
+// size, and a grammar is several times a bare schema's.
 func branch(t Tool, args, defs *node, described bool) *node {
 	thought := obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(strconv.Itoa(maxThought))})
 	if described {

@@ -144,9 +144,7 @@ func TestNewUnionBranches(t *testing.T) {
 		for i, b := range bs {
 			action := wantActions[i]
 			t.Run(which.name+"/"+action, func(t *testing.T) {
-				// The format copy carries no descriptions: the converter
-				// reads none, and the system prompt has them.
-				described := which.name == "Schema"
+				described := true
 				wantKeys := []string{"type", "description", "properties", "required", "additionalProperties"}
 				if byName[action].Description == "" || !described {
 					wantKeys = slices.Delete(wantKeys, 1, 2)
