@@ -48,6 +48,7 @@ const (
 	maxGrammarRepeat = 64        // pattern repetition counts kept up to this
 	maxGrammarRanges = 16        // integer ranges kept per tool: each costs the grammar up to ~500 bytes
 	maxGrammarBytes  = 256 << 10 // a tool whose copy is larger is refused
+	maxGrammarVisits = 20000     // subschemas rebuilt per tool; anyOf beside other keywords multiplies them
 	anyTypes         = `["string","number","boolean","null","object","array"]`
 )
 
@@ -69,6 +70,7 @@ type grammarTool struct {
 	todo   []pendingDef
 	ids    []string // the keywords that give a schema its URI: "id" before draft 6
 	ranges int      // integer ranges kept so far
+	visits int      // subschemas rebuilt so far
 }
 
 type pendingDef struct {
@@ -141,7 +143,7 @@ func without(n *node, keys ...string) *node {
 // schema rebuilds n; scope is the schema resource "#..." references in n are
 // relative to.
 func (g *grammarTool) schema(n, scope *node, depth int) *node {
-	if depth > maxGrammarDepth || !n.isObj {
+	if g.visits++; g.visits > maxGrammarVisits || depth > maxGrammarDepth || !n.isObj {
 		return anyValue() // true, false (see the callers), or not a schema
 	}
 	if n != g.root && g.resourceID(n) != "" {

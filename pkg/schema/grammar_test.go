@@ -69,6 +69,8 @@ var tricky = []trickyCase{
 	{"formats", `{"type":"object","properties":{"d":{"type":"string","format":"date"},"t":{"type":"string","format":"date-time"},"e":{"type":"string","format":"email"},"u":{"format":"uuid"}}}`,
 		[]string{`{"d":"2024-01-31","t":"2024-01-31T10:00:00Z","e":"a@b.co","u":"123e4567-e89b-12d3-a456-426614174000"}`}},
 	{"many_ranges", `{"type":"object","properties":{` + manyRanges(30) + `}}`, []string{`{"p0":5,"p29":123456}`}},
+	{"nested_anyof_siblings", `{"type":"object","properties":{"x":` + strings.Repeat(`{"type":["object","string"],"anyOf":[{"minLength":1},{"maxLength":9},{"properties":{"a":`, 12) + `{"type":"string"}` + strings.Repeat(`}}]}`, 12) + `}}`,
+		[]string{`{"x":"s"}`}},
 	{"numbers", `{"type":"object","properties":{"big":{"enum":[1e400,2]},"f":{"type":"integer","minimum":1.5,"maximum":3.5}}}`,
 		[]string{`{"big":2,"f":2}`}},
 	{"min_over_max", `{"type":"object","properties":{"s":{"type":"string","minLength":5,"maxLength":2},"a":{"type":"array","minItems":3,"maxItems":1}}}`, nil},
