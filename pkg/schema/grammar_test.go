@@ -301,3 +301,34 @@ func manyRanges(n int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// TestFormatsAsserted pins which formats validation asserts (SPEC lists
+// them): each refuses a bad value. Others, idn-email and idn-hostname
+// among them, are annotations: any string passes.
+func TestFormatsAsserted(t *testing.T) {
+	asserted := map[string]string{
+		"date": "2024-13-01", "time": "25:00:00Z", "date-time": "2024-01-01 10:00", "duration": "P1X",
+		"period": "x", "email": "no-at-sign", "hostname": "-bad-.example", "ipv4": "300.1.1.1", "ipv6": "1::2::3",
+		"uri": "no scheme", "iri": "no scheme", "uri-reference": "\\\\bad", "iri-reference": "\\\\bad",
+		"uri-template": "{unclosed", "json-pointer": "no-slash", "relative-json-pointer": "/x", "uuid": "123",
+		"semver": "1.2", "regex": "(",
+	}
+	unchecked := map[string]string{"idn-email": "no-at-sign", "idn-hostname": "-bad-", "unknown-format": "x"}
+	check := func(format, value string, wantValid bool) {
+		v, _ := json.Marshal(value)
+		tl := Tool{Name: "f", Schema: json.RawMessage(`{"type":"object","properties":{"v":{"type":"string","format":"` + format + `"}}}`)}
+		a, err := CompileArgs(tl)
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if probs := a.Check([]byte(`{"v":` + string(v) + `}`)); (len(probs) == 0) != wantValid {
+			t.Errorf("format %s, value %q: problems %q, want valid=%v", format, value, probs, wantValid)
+		}
+	}
+	for f, bad := range asserted {
+		check(f, bad, false)
+	}
+	for f, bad := range unchecked {
+		check(f, bad, true)
+	}
+}
