@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/mmcpd/mmcpd/internal/s2g"
 	"io"
 	"net/http"
 	"os"
@@ -268,11 +269,15 @@ func TestDaemonRunsPlugins(t *testing.T) {
 	if p := ps["needs"]; p.Status != plugins.StatusStandby || p.Reason != "MMCP_PLUGIN_NEEDS_TOKEN is required" {
 		t.Errorf("needs: %+v", p)
 	}
-	if p := ps["badschema"]; p.Status != plugins.StatusFailed || !strings.Contains(p.Reason, `tool "badschema_text"`) {
+	// One refused tool never costs its plugin's others.
+	if p := ps["badschema"]; p.Status != plugins.StatusReady {
 		t.Errorf("badschema: %+v", p)
 	}
-	if _, ok := tools["badschema_echo"]; ok {
-		t.Error("a tool of the refused plugin badschema is listed")
+	if tl := tools["badschema_text"]; !strings.HasPrefix(tl.Disabled, `refused: tool "badschema_text"`) {
+		t.Errorf("badschema_text: %+v", tl)
+	}
+	if tl, ok := tools["badschema_echo"]; !ok || tl.Disabled != "" {
+		t.Errorf("badschema_echo: %+v", tl)
 	}
 	for _, name := range []string{"system", "works", "exit", "panic", "slow", "ignore", "wedge", "huge", "envdump", "ctxslow", "ctxfail"} {
 		if p := ps[name]; p.Status != plugins.StatusReady {
@@ -460,10 +465,11 @@ func TestSchemaCommandWithPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(out)
-	if !strings.Contains(s, `"const": "works_echo"`) || !strings.Contains(s, `"const": "system_time"`) ||
-		strings.Contains(s, "needs_echo") || strings.Contains(s, "badschema") {
+	if !strings.Contains(s, `"const": "works_echo"`) || !strings.Contains(s, `"const": "system_time"`) || !strings.Contains(s, `"const": "badschema_any"`) ||
+		strings.Contains(s, "needs_echo") || strings.Contains(s, "badschema_text") {
 		t.Errorf("schema:\n%s", s)
 	}
+	s2g.Build(t).Accepts(t, "mmcpd schema", out)
 	if !waitFor(5*time.Second, func() bool { return len(pluginProcs(dir)) == 0 }) {
 		t.Errorf("plugins left after mmcpd schema: %v", pluginProcs(dir))
 	}

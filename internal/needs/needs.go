@@ -27,3 +27,19 @@ func Program(t testing.TB, program, debianPackage string) string {
 	t.Skip(msg)
 	return ""
 }
+
+// File returns path if it exists (a header, a data set a package installs),
+// or skips the test (fails it when RequireVar is 1), naming what is missing
+// and the Debian package that provides it.
+func File(t testing.TB, path, what, debianPackage string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	msg := "SKIP: " + what + " is not installed, no " + path + " (Debian: apt-get install " + debianPackage + ")"
+	if os.Getenv(RequireVar) == "1" {
+		t.Fatal(msg + "; " + RequireVar + "=1 requires it")
+	}
+	t.Skip(msg)
+	return ""
+}

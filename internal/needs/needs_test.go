@@ -31,3 +31,27 @@ func TestProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestFile runs this test binary again for each case, as TestProgram does.
+func TestFile(t *testing.T) {
+	if path := os.Getenv("NEEDS_FILE"); path != "" {
+		File(t, path, "the thing", "some-package")
+		return
+	}
+	for _, tc := range []struct {
+		path, require string
+		want          string
+		fails         bool
+	}{
+		{"needs.go", "", "--- PASS", false},
+		{"/no/such/file-mmcp", "", "SKIP: the thing is not installed, no /no/such/file-mmcp (Debian: apt-get install some-package)", false},
+		{"/no/such/file-mmcp", "1", "MMCP_TEST_REQUIRE_EXTERNAL=1 requires it", true},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFile$", "-test.v")
+		cmd.Env = append(os.Environ(), "NEEDS_FILE="+tc.path, RequireVar+"="+tc.require)
+		out, err := cmd.CombinedOutput()
+		if !strings.Contains(string(out), tc.want) || (err != nil) != tc.fails {
+			t.Errorf("%s with %s=%q: err %v, output:\n%s", tc.path, RequireVar, tc.require, err, out)
+		}
+	}
+}

@@ -285,30 +285,27 @@ func (m *managed) fail(reason string) {
 }
 
 // checkDescription refuses a plugin that names itself differently from its
-// file (its settings would be read under the wrong slug) or whose tools could
-// not join a union.
+// file (its settings would be read under the wrong slug). A tool that could
+// not join a union is refused alone, at registration (see unusable).
 func checkDescription(name string, d *pluginpb.DescribeResponse, limits ToolLimits) error {
 	if d.Name != name {
 		return fmt.Errorf("plugin file mmcp-plugin-%s describes itself as %q; the names must match", name, d.Name)
 	}
-	for _, t := range d.Tools {
-		if overLimit(t, limits) != "" {
-			continue // refused alone at registration; not worth compiling
-		}
-		if err := schema.CheckTool(schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}); err != nil {
-			return fmt.Errorf("invalid tool: %w", err)
-		}
-	}
 	return nil
 }
 
-// overLimit says why t is too large to offer to the model, or "".
-func overLimit(t *pluginpb.Tool, limits ToolLimits) string {
+// unusable says why t cannot be offered to the model, or "": too large, or
+// a name or schema no union takes. One such tool never costs its plugin's
+// others.
+func unusable(t *pluginpb.Tool, limits ToolLimits) string {
 	if n := utf8.RuneCountInString(t.Description); n > limits.DescriptionChars {
 		return fmt.Sprintf("refused: its description has %d characters, over the limit of %d (MMCP_TOOL_MAX_DESCRIPTION_CHARS)", n, limits.DescriptionChars)
 	}
 	if n := len(t.ArgsSchema); n > limits.SchemaBytes {
 		return fmt.Sprintf("refused: its argument schema has %d bytes, over the limit of %d (MMCP_TOOL_MAX_SCHEMA_BYTES)", n, limits.SchemaBytes)
+	}
+	if err := schema.CheckTool(schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}); err != nil {
+		return "refused: " + oneLine(err.Error())
 	}
 	return ""
 }
@@ -360,7 +357,7 @@ func (h *Host) registerAll() {
 		}
 		refused := map[string]string{}
 		for _, t := range desc.Tools {
-			if why := overLimit(t, h.opts.Limits); why != "" {
+			if why := unusable(t, h.opts.Limits); why != "" {
 				refused[t.Name] = why
 				h.log.Error("tool refused", "tool", t.Name, "plugin", m.name, "reason", why)
 				continue

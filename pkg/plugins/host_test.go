@@ -179,32 +179,36 @@ func TestStartTimeout(t *testing.T) {
 	worksServes(t, h)
 }
 
+// TestBadSchemaRefused: a tool no union takes is refused alone, with why;
+// its plugin serves its other tools.
 func TestBadSchemaRefused(t *testing.T) {
-	h, _, dir := startHost(t, plugins.Options{}, "works", "badschema")
+	h, logs, _ := startHost(t, plugins.Options{}, "works", "badschema")
 	p := info(t, h, "badschema")
-	want := `invalid tool: tool "badschema_text": schema must be an object schema ("type": "object")`
-	if p.Status != plugins.StatusFailed || p.Reason != want {
-		t.Errorf("badschema: status %q reason %q; want failed, %q", p.Status, p.Reason, want)
+	if p.Status != plugins.StatusReady {
+		t.Fatalf("badschema: status %q reason %q; want ready", p.Status, p.Reason)
 	}
-	for _, tl := range h.Tools() {
-		if strings.HasPrefix(tl.Name, "badschema") {
-			t.Errorf("a tool of the refused plugin is listed: %s", tl.Name)
+	for tool, want := range map[string]string{
+		"badschema_text": `refused: tool "badschema_text": schema must be an object schema ("type": "object")`,
+		"BadSchema-Caps": `refused: tool name "BadSchema-Caps" must match ^[a-z][a-z0-9_]{0,63}$`,
+		"badschema_any":  "",
+		"badschema_echo": "",
+	} {
+		if ti := toolInfo(t, p, tool); ti.Disabled != want {
+			t.Errorf("%s: disabled %q, want %q", tool, ti.Disabled, want)
+		}
+		listed, _ := disabled(h, tool)
+		if listed != (want == "") {
+			t.Errorf("%s offered to the model: %v, want %v", tool, listed, want == "")
 		}
 	}
-	if _, err := call(h, "badschema_echo", `{"text":"x"}`, time.Second); err == nil {
-		t.Error("a tool of the refused plugin runs")
+	if out := mustCall(t, h, "badschema_echo", `{"text":"still here"}`); !strings.Contains(out, "still here") {
+		t.Errorf("badschema_echo = %s", out)
 	}
-	// The refused plugin's process is killed at once, not at Close.
-	bin := filepath.Join(dir, "mmcp-plugin-badschema")
-	if !eventually(3*time.Second, func() bool {
-		for _, exe := range procs(dir) {
-			if exe == bin {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Error("the refused plugin still runs")
+	if _, err := call(h, "badschema_text", `"x"`, time.Second); err == nil {
+		t.Error("a refused tool runs")
+	}
+	if !strings.Contains(logs.String(), "tool refused") {
+		t.Errorf("no log line:\n%s", logs)
 	}
 	worksServes(t, h)
 }

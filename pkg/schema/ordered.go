@@ -91,6 +91,37 @@ func (n *node) get(key string) *node {
 	return nil
 }
 
+func (n *node) clone() *node {
+	c := &node{lit: n.lit, isObj: n.isObj, isArr: n.isArr}
+	for _, m := range n.obj {
+		c.obj = append(c.obj, member{m.key, m.val.clone()})
+	}
+	for _, v := range n.arr {
+		c.arr = append(c.arr, v.clone())
+	}
+	return c
+}
+
+// duplicateKey returns a key some object in n holds twice.
+func (n *node) duplicateKey() (string, bool) {
+	seen := make(map[string]bool, len(n.obj))
+	for _, m := range n.obj {
+		if seen[m.key] {
+			return m.key, true
+		}
+		seen[m.key] = true
+		if k, ok := m.val.duplicateKey(); ok {
+			return k, true
+		}
+	}
+	for _, v := range n.arr {
+		if k, ok := v.duplicateKey(); ok {
+			return k, true
+		}
+	}
+	return "", false
+}
+
 func (n *node) del(key string) {
 	for i, m := range n.obj {
 		if m.key == key {

@@ -53,6 +53,10 @@ func NewUnion(tools []Tool) (*Union, error) {
 		if err != nil {
 			return nil, err
 		}
+		gargs, gdefs, err := forGrammar(t, args.clone(), i)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
 		compiled, err := compileArgs(t)
 		if err != nil {
 			return nil, err
@@ -61,10 +65,8 @@ func NewUnion(tools []Tool) (*Union, error) {
 		u.names = append(u.names, t.Name)
 
 		rebase(args, fmt.Sprintf("#/oneOf/%d/properties/args", i))
-		fullBranches = append(fullBranches, branch(t, args))
-		ollama, _ := parseNode(args.bytes()) // a deep copy; it parsed once already
-		forOllama(ollama)
-		formatBranches = append(formatBranches, branch(t, ollama))
+		fullBranches = append(fullBranches, branch(t, args, nil, true))
+		formatBranches = append(formatBranches, branch(t, gargs, gdefs, true))
 	}
 	full.obj = []member{{"oneOf", &node{isArr: true, arr: fullBranches}}}
 	format.obj = []member{{"oneOf", &node{isArr: true, arr: formatBranches}}}
@@ -80,10 +82,14 @@ func CheckTool(t Tool) error {
 	if err := CheckName(t.Name); err != nil {
 		return err
 	}
-	if _, err := argsNode(t); err != nil {
+	args, err := argsNode(t)
+	if err != nil {
 		return err
 	}
-	_, err := compileArgs(t)
+	if _, _, err := forGrammar(t, args, 0); err != nil {
+		return fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	_, err = compileArgs(t)
 	return err
 }
 
@@ -105,14 +111,22 @@ func (u *Union) Format() json.RawMessage { return u.format }
 // and its arguments.
 func (u *Union) Docs() string { return u.docs }
 
-func branch(t Tool, args *node) *node {
+// branch is one tool's branch of the union; the format copy's holds the
+// $defs its references point at. Descriptions stay in both: the converter
+// reads none, but Ollama converts into a buffer four times the format's
+// size, and a grammar is several times a bare schema's.
+func branch(t Tool, args, defs *node, described bool) *node {
+	thought := obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(strconv.Itoa(maxThought))})
+	if described {
+		thought.obj = append(thought.obj, member{"description", str("Why this step: one or two sentences.")})
+	}
 	props := &node{isObj: true, obj: []member{
-		{"thought", obj(member{"type", lit(`"string"`)}, member{"maxLength", lit(strconv.Itoa(maxThought))}, member{"description", str("Why this step: one or two sentences.")})},
+		{"thought", thought},
 		{"action", obj(member{"const", str(t.Name)})},
 		{"args", args},
 	}}
 	b := obj(member{"type", lit(`"object"`)})
-	if t.Description != "" {
+	if described && t.Description != "" {
 		b.obj = append(b.obj, member{"description", str(t.Description)})
 	}
 	b.obj = append(b.obj,
@@ -120,6 +134,9 @@ func branch(t Tool, args *node) *node {
 		member{"required", &node{isArr: true, arr: []*node{str("thought"), str("action"), str("args")}}},
 		member{"additionalProperties", lit(`false`)},
 	)
+	if defs != nil {
+		b.obj = append(b.obj, member{"$defs", defs})
+	}
 	return b
 }
 
@@ -135,6 +152,11 @@ func argsNode(t Tool) (*node, error) {
 	}
 	if typ, _ := n.get("type").str(); !n.isObj || typ != "object" {
 		return nil, fmt.Errorf(`tool %q: schema must be an object schema ("type": "object")`, t.Name)
+	}
+	if k, ok := n.duplicateKey(); ok {
+		// Which of the two a reader takes differs from reader to reader:
+		// the grammar and the validation could disagree.
+		return nil, fmt.Errorf("tool %q: schema has the key %q twice in one object", t.Name, k)
 	}
 	// A root-level $schema or $id means nothing once nested in the union.
 	n.del("$schema")
@@ -187,37 +209,6 @@ func rebase(n *node, prefix string) {
 	}
 	for _, v := range n.arr {
 		rebase(v, prefix)
-	}
-}
-
-// forOllama rewrites a schema into what Ollama's grammar converter accepts
-// (dependencies.md): boolean schemas become {}, a pattern that is not
-// anchored with ^...$ or uses lookaround is dropped, and so is a reference to
-// an anchor ("#name": the converter resolves only "#/..." pointers). The
-// grammar gets looser; validation still holds replies to the full schema.
-func forOllama(n *node) {
-	if !n.isObj {
-		return
-	}
-	if p, ok := n.get("pattern").str(); ok {
-		if !strings.HasPrefix(p, "^") || !strings.HasSuffix(p, "$") || strings.Contains(p, "(?") {
-			n.del("pattern")
-		}
-	}
-	if r, ok := n.get("$ref").str(); ok && !strings.HasPrefix(r, "#/") {
-		n.del("$ref")
-	}
-	n.eachSubschema(func(slot **node) {
-		if _, ok := (*slot).boolean(); ok {
-			*slot = &node{isObj: true}
-			return
-		}
-		forOllama(*slot)
-	})
-	// additionalProperties: false must stay false (it closes the object), but
-	// an object schema there is converted like any other subschema.
-	if ap := n.get("additionalProperties"); ap != nil && ap.isObj {
-		forOllama(ap)
 	}
 }
 

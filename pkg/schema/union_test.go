@@ -144,8 +144,9 @@ func TestNewUnionBranches(t *testing.T) {
 		for i, b := range bs {
 			action := wantActions[i]
 			t.Run(which.name+"/"+action, func(t *testing.T) {
+				described := true
 				wantKeys := []string{"type", "description", "properties", "required", "additionalProperties"}
-				if byName[action].Description == "" {
+				if byName[action].Description == "" || !described {
 					wantKeys = slices.Delete(wantKeys, 1, 2)
 				}
 				if keys := objectKeys(t, b); !slices.Equal(keys, wantKeys) {
@@ -163,9 +164,16 @@ func TestNewUnionBranches(t *testing.T) {
 					{[]string{"required"}, `["thought","action","args"]`},
 					{[]string{"additionalProperties"}, `false`},
 					{[]string{"properties", "action"}, `{"const":"` + action + `"}`},
-					{[]string{"properties", "thought"}, `{"type":"string","maxLength":1000,"description":"Why this step: one or two sentences."}`},
 				}
-				if d := byName[action].Description; d != "" {
+				thought := `{"type":"string","maxLength":1000}`
+				if described {
+					thought = `{"type":"string","maxLength":1000,"description":"Why this step: one or two sentences."}`
+				}
+				checks = append(checks, struct {
+					path []string
+					want string
+				}{[]string{"properties", "thought"}, thought})
+				if d := byName[action].Description; d != "" && described {
 					checks = append(checks, struct {
 						path []string
 						want string
@@ -336,17 +344,28 @@ func TestLocalRefs(t *testing.T) {
 	}{{"Schema", u.Schema()}, {"Format", u.Format()}} {
 		t.Run(which.name, func(t *testing.T) {
 			s := string(which.raw)
-			for _, want := range []string{
+			wants := []string{
 				`"$ref":"#/oneOf/1/properties/args/$defs/year"`,
 				`"$ref":"#/oneOf/2/properties/args"`,
 				`"$ref":"#/oneOf/4/properties/args/$defs/id"`,
-			} {
+			}
+			if which.name == "Format" {
+				// The copy points every reference at a copy of its target
+				// in the branch's own $defs, the root at the branch's args.
+				wants = []string{
+					`"$ref":"#/oneOf/1/$defs/d0"`,
+					`"$ref":"#/oneOf/2/properties/args"`,
+					`"$ref":"#/oneOf/3/$defs/d0"`,
+					`"$ref":"#/oneOf/4/$defs/d0"`,
+				}
+			}
+			for _, want := range wants {
 				if !strings.Contains(s, want) {
 					t.Errorf("union lacks %s", want)
 				}
 			}
 			// Ollama's converter resolves only "#/..." pointers: the
-			// grammar drops an anchor reference, validation keeps it.
+			// copy resolves the anchor itself.
 			if got, want := strings.Contains(s, `"$ref":"#kind"`), which.name == "Schema"; got != want {
 				t.Errorf("anchor reference present: %v, want %v", got, want)
 			}
@@ -364,7 +383,7 @@ func TestLocalRefs(t *testing.T) {
 				{`{"thought":"t","action":"tree","args":{"name":"a","children":[{"name":"b","children":[{"name":"c"}]}]}}`, true},
 				{`{"thought":"t","action":"tree","args":{"name":"a","children":[{"name":"b","children":[{"nom":"c"}]}]}}`, false},
 				{`{"thought":"t","action":"typed","args":{"kind":"tv"}}`, true},
-				{`{"thought":"t","action":"typed","args":{"kind":"film"}}`, which.name == "Format"},
+				{`{"thought":"t","action":"typed","args":{"kind":"film"}}`, false},
 				{`{"thought":"t","action":"v_ref_named","args":{"$ref":{"id":7}}}`, true},
 				{`{"thought":"t","action":"v_ref_named","args":{"$ref":{"id":"7"}}}`, false},
 			}
@@ -435,19 +454,22 @@ func TestFormatForOllama(t *testing.T) {
 		"open":{"type":"object","additionalProperties":true},
 		"defd":{"$ref":"#/$defs/d"}
 	},"$defs":{"d":true},"required":["loose"],"additionalProperties":false}`
+	// Any value is the list of every type: the converter reads {} as "any
+	// object". A reference to true is any value too.
+	anyV := `{"type":["string","number","boolean","null","object","array"]}`
 	want := `{"type":"object","properties":{
 		"loose":{"type":"string"},
 		"starts":{"type":"string"},
 		"ends":{"type":"string"},
 		"flags":{"type":"string"},
 		"anchored":{"type":"string","pattern":"^[a-z]+$"},
-		"anything":{},
-		"list":{"type":"array","items":{}},
-		"either":{"anyOf":[{},{"type":"string"}]},
+		"anything":` + anyV + `,
+		"list":{"type":"array"},
+		"either":{"anyOf":[` + anyV + `,{"type":"string"}]},
 		"map":{"type":"object","additionalProperties":{"type":"string"}},
 		"open":{"type":"object","additionalProperties":true},
-		"defd":{"$ref":"#/oneOf/0/properties/args/$defs/d"}
-	},"$defs":{"d":{}},"required":["loose"],"additionalProperties":false}`
+		"defd":` + anyV + `
+	},"required":["loose"],"additionalProperties":false}`
 	u, err := NewUnion([]Tool{tool("norm", in)})
 	if err != nil {
 		t.Fatal(err)
@@ -476,40 +498,48 @@ func TestFormatForOllama(t *testing.T) {
 	compileRaw(t, u.Schema())
 }
 
-// Patterns Go's regexp cannot compile never reach a union, so the lookahead
-// rule is checked on forOllama itself.
-func TestForOllamaPatterns(t *testing.T) {
+// TestGrammarPatterns: only patterns the converter turns into a grammar
+// that writes valid JSON string content are kept.
+func TestGrammarPatterns(t *testing.T) {
 	tests := []struct {
-		name    string
 		pattern string
 		kept    bool
 	}{
-		{"anchored", `^[a-z]+$`, true},
-		{"anchored alternatives", `^(a|b)$`, true},
-		{"unanchored", `[a-z]+`, false},
-		{"only start", `^a`, false},
-		{"only end", `a$`, false},
-		{"lookahead", `^(?=.*\d).+$`, false},
-		{"negative lookbehind", `^(?<!x)a$`, false},
-		{"non-capturing group", `^(?:ab)+$`, false},
-		{"empty", ``, false},
+		{`^[a-z]+$`, true},
+		{`^(a|b)$`, true},
+		{`^tt[0-9]{7,8}$`, true},
+		{`^[A-Za-z0-9_-]+$`, true},
+		{`^a\.b$`, true},
+		{`^(ab)+c?$`, true},
+		{`[a-z]+`, false},       // unanchored
+		{`^a`, false},           // only start
+		{`a$`, false},           // only end
+		{`^(?=.*\d).+$`, false}, // lookahead
+		{`^(?<!x)a$`, false},    // lookbehind
+		{`^(?:ab)+$`, false},    // non-capturing group
+		{`^(?i)abc$`, false},    // flags
+		{``, false},             // empty
+		{`^$`, false},           // empty sequence
+		{`^.+$`, false},         // "." writes quotes and backslashes
+		{`^[^a]+$`, false},      // so does a negated class
+		{`^[ -~]+$`, false},     // a range holding the quote
+		{`^\d+$`, false},        // the grammar parser knows no \d
+		{`^a\.+$`, false},       // the converter repeats the whole run
+		{`^a"b$`, false},        // a raw quote ends the JSON string
+		{`^*a$`, false},         // a quantifier with nothing before it
+		{`^a{2,1}$`, false},     // bounds the wrong way round
+		{`^a{1000}$`, false},    // repetition too large
+		{`^a+?$`, false},        // lazy
+		{`^(a|)$`, false},       // empty alternative
+		{`^(a$`, false},         // unbalanced
+		{`^[]$`, false},         // empty class
+		{`^é$`, false},          // not ASCII
+		{`^a\$`, false},         // the closing $ is escaped
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, _ := json.Marshal(tt.pattern)
-			n, err := parseNode([]byte(`{"type":"string","pattern":` + string(p) + `,"minLength":1}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			forOllama(n)
-			got, ok := n.get("pattern").str()
-			if ok != tt.kept || ok && got != tt.pattern {
-				t.Errorf("pattern after forOllama = %q (present %v), want kept=%v", got, ok, tt.kept)
-			}
-			if n.get("minLength") == nil || n.get("type") == nil {
-				t.Errorf("forOllama dropped other keywords: %s", n.bytes())
-			}
-		})
+		if got := grammarPattern(tt.pattern); got != tt.kept {
+			t.Errorf("grammarPattern(%q) = %v, want %v", tt.pattern, got, tt.kept)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -319,7 +320,30 @@ func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) tools(w http.ResponseWriter, r *http.Request) {
-	s.reply(w, http.StatusOK, map[string]any{"tools": s.Catalog.Catalog()})
+	s.reply(w, http.StatusOK, map[string]any{"tools": withRefused(s.Catalog.Catalog(), s.pluginList())})
+}
+
+// withRefused adds to the catalogue the tools the host refused alone (too
+// large, a name or schema no union takes, past MMCP_TOOLS_MAX), each with
+// why: they never reach the model, but whoever lists tools sees them.
+func withRefused(list []loop.Tool, ps []plugins.Info) []loop.Tool {
+	seen := make(map[string]bool, len(list))
+	for _, t := range list {
+		seen[t.Name] = true
+	}
+	n := len(list)
+	for _, p := range ps {
+		for _, t := range p.Tools {
+			if strings.HasPrefix(t.Disabled, "refused: ") && !seen[t.Name] {
+				seen[t.Name] = true
+				list = append(list, loop.Tool{Tool: schema.Tool{Name: t.Name, Description: t.Description}, Disabled: t.Disabled})
+			}
+		}
+	}
+	if len(list) > n {
+		slices.SortFunc(list, func(a, b loop.Tool) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return list
 }
 
 func (s *Server) schema(w http.ResponseWriter, r *http.Request) {

@@ -18,8 +18,10 @@
 //	exit       exit_die exits the process (status 3) mid-call
 //	panic      panic_boom panics
 //	huge       huge_blob returns 50 MB (or {mb} MB) of "x"
-//	badschema  describes badschema_text with the schema {"type":"string"},
-//	           bypassing the SDK's own check, so the host must refuse it
+//	badschema  describes badschema_text with the schema {"type":"string"}
+//	           and BadSchema-Caps, bypassing the SDK's own check, so the
+//	           host must refuse them (alone); badschema_any is described
+//	           only, with a schema the union must rebuild for Ollama
 //	declfail   declares a tool with a bad schema through the SDK: Serve
 //	           prints the mistake and exits 1 before the handshake
 //	liar       describes itself as "impostor"
@@ -388,7 +390,11 @@ func (b badSchema) Describe(ctx context.Context, req *pluginpb.DescribeRequest) 
 	if err != nil {
 		return nil, err
 	}
-	d.Tools = append(d.Tools, &pluginpb.Tool{Name: "badschema_text", Description: "Arguments that are not an object", ArgsSchema: []byte(`{"type":"string"}`)})
+	d.Tools = append(d.Tools,
+		&pluginpb.Tool{Name: "badschema_text", Description: "Arguments that are not an object", ArgsSchema: []byte(`{"type":"string"}`)},
+		&pluginpb.Tool{Name: "BadSchema-Caps", Description: "A name no union takes", ArgsSchema: []byte(`{"type":"object"}`)},
+		&pluginpb.Tool{Name: "badschema_any", Description: "Arguments Ollama's converter cannot read as they are", ArgsSchema: []byte(`{"type":"object","properties":{"x":{"description":"anything"},"$ref":{"type":"string"}}}`)},
+	)
 	return d, nil
 }
 
