@@ -127,7 +127,7 @@ type managed struct {
 	// the union under a running daemon), an MCP server's latest list.
 	offered  []*pluginpb.Tool
 	listedAt bool // offered has been set
-	probe     probeState
+	probe    probeState
 }
 
 // New finds the plugins in opts.Dir; Start starts them.

@@ -322,5 +322,3 @@ func TestMCPHTTP(t *testing.T) {
 		t.Errorf("the token reached the log")
 	}
 }
-
-
