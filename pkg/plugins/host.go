@@ -122,12 +122,13 @@ type managed struct {
 	nextStart time.Time
 	providers map[string]*provider
 	refused   map[string]string // tools refused alone, with why; set by registerAll
+	probe     probeState
+
 	// offered is what registerAll registers: a plugin binary's tools from
 	// its first start (a plugin restarted with other tools does not change
 	// the union under a running daemon), an MCP server's latest list.
 	offered  []*pluginpb.Tool
 	listedAt bool // offered has been set
-	probe    probeState
 }
 
 // New finds the plugins in opts.Dir; Start starts them.

@@ -225,9 +225,6 @@ func (h *Host) describeMCP(m *managed, version string, tools []mcp.Tool) *plugin
 	// One entry per name: the duplicates are listed once, refused.
 	desc.Tools = slices.CompactFunc(sortTools(desc.Tools), func(a, b *pluginpb.Tool) bool { return a.Name == b.Name })
 	m.mcp.names, m.mcp.invalid = names, invalid
-	for name, why := range invalid {
-		h.log.Error("tool refused", "tool", name, "plugin", m.name, "reason", why)
-	}
 	return desc
 }
 
