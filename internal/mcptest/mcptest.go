@@ -76,3 +76,10 @@ func GoServer(t testing.TB) string {
 	}
 	return built
 }
+
+// Cleanup removes what GoServer built; TestMain calls it after the tests.
+func Cleanup() {
+	if built != "" {
+		os.RemoveAll(filepath.Dir(built))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -320,5 +321,63 @@ func TestMCPHTTP(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "tok-123") {
 		t.Errorf("the token reached the log")
+	}
+}
+
+// mcpBenchDir is a plugins folder with the reference MCP server (node), the
+// Go test MCP server (srv) and a go-plugin plugin (works).
+func mcpBenchDir(b *testing.B) string {
+	node, script := mcptest.Everything(b)
+	dir := goServerDir(b, "works")
+	writeManifest(b, dir, "everything", map[string]any{"command": node, "args": []string{script}})
+	writeManifest(b, dir, "srv", map[string]any{"command": "./mcpserver"})
+	return dir
+}
+
+// BenchmarkMCPStart measures, in one host started all at once, how long the
+// reference MCP server (node), the Go test MCP server and a go-plugin plugin
+// each take to start and describe their tools.
+func BenchmarkMCPStart(b *testing.B) {
+	dir := mcpBenchDir(b)
+	var starts [3]time.Duration
+	var tools int
+	for range b.N {
+		h, logs := startIn(b, dir, plugins.Options{})
+		for i, name := range []string{"everything", "srv", "works"} {
+			d, err := time.ParseDuration(startTimes(logs.String())[name])
+			if err != nil {
+				b.Fatalf("%s: no start time in\n%s", name, logs)
+			}
+			starts[i] += d
+		}
+		tools = len(info(b, h, "everything").Tools) + len(info(b, h, "srv").Tools)
+		h.Close()
+	}
+	n := time.Duration(b.N)
+	b.ReportMetric(float64((starts[0]/n).Milliseconds()), "everything-node-ms")
+	b.ReportMetric(float64((starts[1]/n).Milliseconds()), "go-mcp-ms")
+	b.ReportMetric(float64((starts[2]/n).Milliseconds()), "go-plugin-ms")
+	b.ReportMetric(float64(tools), "mcp-tools")
+}
+
+// BenchmarkMCPCall measures a call round trip through the host to each.
+func BenchmarkMCPCall(b *testing.B) {
+	h, _ := startIn(b, mcpBenchDir(b), plugins.Options{Log: slog.New(slog.DiscardHandler)})
+	for _, c := range []struct{ tool, args string }{
+		{"everything_echo", `{"message":"hello"}`},
+		{"srv_echo", `{"text":"hello"}`},
+		{"works_echo", `{"text":"hello"}`},
+	} {
+		b.Run(c.tool, func(b *testing.B) {
+			durs := make([]time.Duration, 0, b.N)
+			for range b.N {
+				start := time.Now()
+				if _, err := call(h, c.tool, c.args, 10*time.Second); err != nil {
+					b.Fatal(err)
+				}
+				durs = append(durs, time.Since(start))
+			}
+			reportPercentiles(b, durs)
+		})
 	}
 }
