@@ -354,9 +354,9 @@ func BenchmarkMCPStart(b *testing.B) {
 		h.Close()
 	}
 	n := time.Duration(b.N)
-	b.ReportMetric(float64((starts[0]/n).Milliseconds()), "everything-node-ms")
-	b.ReportMetric(float64((starts[1]/n).Milliseconds()), "go-mcp-ms")
-	b.ReportMetric(float64((starts[2]/n).Milliseconds()), "go-plugin-ms")
+	b.ReportMetric(float64((starts[0] / n).Milliseconds()), "everything-node-ms")
+	b.ReportMetric(float64((starts[1] / n).Milliseconds()), "go-mcp-ms")
+	b.ReportMetric(float64((starts[2] / n).Milliseconds()), "go-plugin-ms")
 	b.ReportMetric(float64(tools), "mcp-tools")
 }
 
