@@ -4,8 +4,8 @@ package mcp
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -70,7 +70,7 @@ func Load(path string) (*Manifest, error) {
 	}
 	defer f.Close()
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(&limited{f, maxManifestBytes + 1}); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxManifestBytes+1)); err != nil {
 		return nil, fmt.Errorf("reading manifest: %w", err)
 	}
 	if buf.Len() > maxManifestBytes {
@@ -102,23 +102,6 @@ func Load(path string) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest %s: headers are for a url; a command takes env", filepath.Base(path))
 	}
 	return &m, nil
-}
-
-type limited struct {
-	f *os.File
-	n int64
-}
-
-func (l *limited) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, errors.New("too long")
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.f.Read(p)
-	l.n -= int64(n)
-	return n, err
 }
 
 // reference is ${NAME} in an env or header value.

@@ -84,6 +84,11 @@ func TestMCPEverything(t *testing.T) {
 	if p.Kind != plugins.KindMCP || p.Status != plugins.StatusReady || len(p.Tools) < 10 {
 		t.Fatalf("everything: %+v\n%s", p, logs)
 	}
+	for _, ti := range p.Tools {
+		if ti.Disabled != "" { // every schema of the reference server joins the union
+			t.Errorf("everything: %s: %s", ti.Name, ti.Disabled)
+		}
+	}
 	if info(t, h, "works").Kind != plugins.KindPlugin {
 		t.Errorf("works is not kind plugin")
 	}
@@ -127,6 +132,11 @@ func TestMCPFilesystem(t *testing.T) {
 	h, logs := startIn(t, dir, plugins.Options{})
 	if p := info(t, h, "fs"); p.Status != plugins.StatusReady {
 		t.Fatalf("fs: %+v\n%s", p, logs)
+	}
+	for _, ti := range info(t, h, "fs").Tools {
+		if ti.Disabled != "" {
+			t.Errorf("fs: %s: %s", ti.Name, ti.Disabled)
+		}
 	}
 	out := mustCall(t, h, "fs_read_text_file", fmt.Sprintf(`{"path":%q}`, filepath.Join(files, "note.txt")))
 	if !strings.Contains(out, "the film is Dune") {
