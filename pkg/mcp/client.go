@@ -95,6 +95,7 @@ func Connect(ctx context.Context, o Options) (*Conn, error) {
 	if err != nil {
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
+			go func() { _ = cmd.Wait() }() // reap it; the SDK may have already
 		}
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", o.Name, err)
 	}
