@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +46,7 @@ func TestMCPServers(t *testing.T) {
 		}
 	}
 	fake := ollamatest.New(t)
-	addr, logs, _ := startDaemon(t, []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir,
+	addr, logs, daemon := startDaemon(t, []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir,
 		"MMCP_TOOL_TIMEOUT=1s",
 		"MMCP_PLUGIN_EVERYTHING_KEY=everything-own-key", "MMCP_PLUGIN_WORKS_SECRET=canary-works-secret"})
 	waitReady(t, addr, logs)
@@ -130,6 +132,16 @@ func TestMCPServers(t *testing.T) {
 			t.Errorf("srv after its crash: %+v", p)
 		}
 	})
+	// A daemon killed outright takes its MCP servers with it.
+	running := pluginProcs(dir)
+	if !slices.Contains(slices.Collect(maps.Values(running)), "mcpserver") {
+		t.Fatalf("the Go MCP server is not running: %v", running)
+	}
+	_ = daemon.Process.Kill()
+	_ = daemon.Wait()
+	if !waitFor(5*time.Second, func() bool { return len(pluginProcs(dir)) == 0 }) {
+		t.Errorf("MCP server processes outlived the daemon: %v", pluginProcs(dir))
+	}
 }
 
 func countKind(tools map[string]loop.Tool, kind string) int {
