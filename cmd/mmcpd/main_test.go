@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmcpd/mmcpd/internal/mcptest"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 )
 
@@ -41,6 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	mcptest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -30,6 +30,10 @@ const pluginsSource = "../../plugins"
 // docsPath is the generated reference of the bundled plugins.
 const docsPath = "../../docs/plugins.md"
 
+// docHandMarker starts the hand-written end of docsPath (adding an MCP
+// server), which the generator keeps as it finds it.
+const docHandMarker = "<!-- Hand-written from here on: TestPluginDocs keeps it as it is. -->"
+
 // updateDocsVar, set to 1, makes TestPluginDocs rewrite docsPath instead of
 // comparing it.
 const updateDocsVar = "MMCP_UPDATE_DOCS"
@@ -174,16 +178,19 @@ func TestPluginDocs(t *testing.T) {
 	}
 
 	doc := renderPluginDocs(descs)
+	old, err := os.ReadFile(docsPath)
+	if err != nil {
+		t.Fatalf("%v: generate it with %s=1 go test -run TestPluginDocs ./cmd/mmcpd", err, updateDocsVar)
+	}
+	if i := bytes.Index(old, []byte(docHandMarker)); i >= 0 {
+		doc = append(append(doc, '\n'), old[i:]...)
+	}
 	if os.Getenv(updateDocsVar) == "1" {
 		if err := os.WriteFile(docsPath, doc, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", docsPath)
 		return
-	}
-	old, err := os.ReadFile(docsPath)
-	if err != nil {
-		t.Fatalf("%v: generate it with %s=1 go test -run TestPluginDocs ./cmd/mmcpd", err, updateDocsVar)
 	}
 	if !bytes.Equal(old, doc) {
 		t.Errorf("docs/plugins.md is out of date with the plugins: regenerate it with\n\t%s=1 go test -run TestPluginDocs ./cmd/mmcpd\nand commit it. %s", updateDocsVar, docFirstDifference(old, doc))
@@ -440,7 +447,8 @@ func renderPluginDocs(descs []*pluginpb.DescribeResponse) []byte {
 	w("Each plugin is built from `plugins/<name>` to `plugins/%s<name>` and started by the daemon at start-up (see SPEC.md, Plugins). ", plugins.FilePrefix)
 	w("A plugin's settings are environment variables `%s<KEY>` given to the daemon; the daemon passes each plugin its own and no other. ", "MMCP_PLUGIN_<SLUG>_")
 	w("A plugin with a required setting missing, or a setting it cannot use, is on standby: its tools are listed as disabled, with the reason, until the setting is fixed and the daemon restarted. ")
-	w("A tool that needs approval stops the turn with an action request (`POST /v1/chat` answers `\"type\": \"action_request\"`) and runs only once the user approves it (`POST /v1/chat/respond`).\n\n")
+	w("A tool that needs approval stops the turn with an action request (`POST /v1/chat` answers `\"type\": \"action_request\"`) and runs only once the user approves it (`POST /v1/chat/respond`). ")
+	w("MCP servers join the same way: see [Adding an MCP server](#adding-an-mcp-server).\n\n")
 
 	w("| plugin | version | tools | settings | context providers |\n|---|---|---|---|---|\n")
 	for _, d := range descs {

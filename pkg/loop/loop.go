@@ -51,6 +51,8 @@ type Tool struct {
 	NeedsApproval bool `json:"needs_approval,omitempty"`
 	// Disabled says why the model cannot use the tool now; empty if it can.
 	Disabled string `json:"disabled,omitempty"`
+	// Kind is the kind of source the tool comes from ("plugin", "mcp").
+	Kind string `json:"kind,omitempty"`
 }
 
 // Config holds the loop's limits.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmcpd/mmcpd/internal/mcptest"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 )
 
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	mcptest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -81,6 +81,7 @@ type Host struct {
 	plugins     []*managed            // sorted by name
 	tools       map[string]*toolEntry // by tool name
 	started     chan struct{}         // closed when every plugin has been started once
+	registering sync.Mutex            // one registerAll at a time
 	startCalled atomic.Bool           // Start was called
 	closed      bool
 
@@ -103,10 +104,12 @@ type toolEntry struct {
 	clash         []string // the plugins that all declare this name: it runs from none
 }
 
-// managed is one plugin binary and its current process.
+// managed is one tool source, a plugin binary or an MCP server (mcp is set),
+// and its current process.
 type managed struct {
 	name, path string
 	env        []string
+	mcp        *mcpServer
 	restart    sync.Mutex // one restart at a time, however many calls wait for it
 
 	mu        sync.Mutex
@@ -120,6 +123,12 @@ type managed struct {
 	providers map[string]*provider
 	refused   map[string]string // tools refused alone, with why; set by registerAll
 	probe     probeState
+
+	// offered is what registerAll registers: a plugin binary's tools from
+	// its first start (a plugin restarted with other tools does not change
+	// the union under a running daemon), an MCP server's latest list.
+	offered  []*pluginpb.Tool
+	listedAt bool // offered has been set
 }
 
 // New finds the plugins in opts.Dir; Start starts them.
@@ -147,6 +156,14 @@ func New(opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	servers, err := discoverMCP(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for p := range servers {
+		paths = append(paths, p)
+	}
+	sort.Slice(paths, func(i, j int) bool { return sourceName(paths[i]) < sourceName(paths[j]) })
 	h := &Host{opts: opts, log: opts.Log, tools: map[string]*toolEntry{}, started: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.noPIDNS.Store(opts.NoPIDNamespace)
@@ -163,12 +180,16 @@ func New(opts Options) (*Host, error) {
 	}
 	names := make([]string, len(paths))
 	for i, p := range paths {
-		names[i] = NameOf(p)
+		names[i] = sourceName(p)
 	}
 	envs := PluginEnv(opts.Environ, names)
 	bySlug := map[string]string{}
 	for i, p := range paths {
-		m := &managed{name: names[i], path: p, env: envs[names[i]], status: StatusStarting}
+		m := &managed{name: names[i], path: p, env: envs[names[i]], status: StatusStarting, mcp: servers[p]}
+		if m.mcp != nil && m.mcp.manifest == nil {
+			m.status, m.reason = StatusFailed, m.mcp.invalidManifest
+			h.log.Error("MCP server skipped", "plugin", m.name, "path", p, "reason", m.reason)
+		}
 		// web-search and web_search would read the same variables: the
 		// second could see the first one's secrets.
 		if other, ok := bySlug[Slug(m.name)]; ok {
@@ -196,7 +217,7 @@ func (h *Host) Start(ctx context.Context) {
 		if m.status == StatusFailed {
 			continue
 		}
-		wg.Add(1)
+		wg.Add(1) // plugins and MCP servers alike, all at once
 		go func() {
 			defer wg.Done()
 			if err := h.startPlugin(ctx, m); err != nil {
@@ -218,6 +239,9 @@ func (h *Host) Started() <-chan struct{} { return h.started }
 // startPlugin starts m's process and reads its description. The caller must
 // not hold m.mu.
 func (h *Host) startPlugin(ctx context.Context, m *managed) error {
+	if m.mcp != nil {
+		return h.startMCP(ctx, m)
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 	defer cancel()
 	start := time.Now()
@@ -259,6 +283,9 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 		return fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
 	}
 	m.proc, m.desc = proc, desc
+	if !m.listedAt {
+		m.offered, m.listedAt = desc.Tools, true
+	}
 	m.status, m.reason = StatusReady, ""
 	// A new process: what an earlier one answered no longer holds, and the
 	// next listing probes it again.
@@ -344,20 +371,33 @@ func lookup(env []string, key string) (string, bool) {
 // declare is usable from neither: which one is genuine cannot be told from
 // here, and letting either win would let a plugin take over another's tool,
 // and drop the approval the genuine one asks for.
+//
+// It runs again when an MCP server's tools change; a name that needed the
+// user's approval keeps needing it.
 func (h *Host) registerAll() {
+	h.registering.Lock()
+	defer h.registering.Unlock()
 	claims := map[string][]*managed{}
 	specs := map[string][]*pluginpb.Tool{}
 	var names []string
 	for _, m := range h.plugins {
 		m.mu.Lock()
-		desc := m.desc
+		offered, listed := m.offered, m.listedAt
+		var invalid map[string]string
+		if m.mcp != nil {
+			invalid = m.mcp.invalid
+		}
 		m.mu.Unlock()
-		if desc == nil {
+		if !listed {
 			continue
 		}
 		refused := map[string]string{}
-		for _, t := range desc.Tools {
-			if why := unusable(t, h.opts.Limits); why != "" {
+		for _, t := range offered {
+			why := invalid[t.Name]
+			if why == "" {
+				why = unusable(t, h.opts.Limits)
+			}
+			if why != "" {
 				refused[t.Name] = why
 				h.log.Error("tool refused", "tool", t.Name, "plugin", m.name, "reason", why)
 				continue
@@ -377,6 +417,8 @@ func (h *Host) registerAll() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	previous := h.tools
+	h.tools = make(map[string]*toolEntry, len(names))
 	usable := 0
 	for _, name := range names {
 		owners, ts := claims[name], specs[name]
@@ -384,6 +426,9 @@ func (h *Host) registerAll() {
 		e := &toolEntry{plugin: owners[0], spec: t, tool: schema.Tool{Name: t.Name, Description: t.Description, Schema: t.ArgsSchema}}
 		for _, other := range ts {
 			e.needsApproval = e.needsApproval || other.NeedsApproval
+		}
+		if p := previous[name]; p != nil {
+			e.needsApproval = e.needsApproval || p.needsApproval
 		}
 		if len(owners) > 1 {
 			for _, m := range owners {
@@ -410,7 +455,11 @@ func (h *Host) Tools() []loop.Tool {
 	out := make([]loop.Tool, 0, len(h.tools))
 	var listed []*managed
 	for _, e := range h.tools {
-		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Disabled: h.disabled(e)})
+		kind := KindPlugin
+		if e.plugin.mcp != nil {
+			kind = KindMCP
+		}
+		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Disabled: h.disabled(e), Kind: kind})
 		if len(e.clash) <= 1 && !slices.Contains(listed, e.plugin) {
 			listed = append(listed, e.plugin)
 		}
@@ -492,6 +541,9 @@ func (h *Host) Call(ctx context.Context, name string, args json.RawMessage) (str
 
 func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (string, error) {
 	m := e.plugin
+	if m.mcp != nil {
+		return h.callMCP(ctx, e, args)
+	}
 	proc, err := h.running(ctx, m)
 	if err != nil {
 		return "", err

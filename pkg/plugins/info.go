@@ -9,6 +9,7 @@ import (
 // Info is a plugin as GET /v1/plugins shows it. Secret values never appear.
 type Info struct {
 	Name     string        `json:"name"`
+	Kind     string        `json:"kind"` // KindPlugin or KindMCP
 	Version  string        `json:"version,omitempty"`
 	Path     string        `json:"path"`
 	Status   string        `json:"status"`
@@ -55,8 +56,11 @@ func (h *Host) Plugins() []Info {
 	out := make([]Info, 0, len(h.plugins))
 	for _, m := range h.plugins {
 		m.mu.Lock()
-		info := Info{Name: m.name, Path: m.path, Status: m.status, Reason: m.reason, Restarts: m.restarts,
+		info := Info{Name: m.name, Kind: KindPlugin, Path: m.path, Status: m.status, Reason: m.reason, Restarts: m.restarts,
 			Tools: []ToolInfo{}, Settings: []SettingInfo{}, Contexts: []string{}}
+		if m.mcp != nil {
+			info.Kind, info.Settings = KindMCP, mcpSettings(m)
+		}
 		desc, refused := m.desc, m.refused
 		m.mu.Unlock()
 		if desc != nil {

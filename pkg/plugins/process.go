@@ -15,13 +15,16 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/mmcpd/mmcpd/pkg/mcp"
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
 )
 
-// process is one running plugin binary.
+// process is one running tool source: a plugin binary over go-plugin
+// (client and rpc), or an MCP server (mcp).
 type process struct {
 	client *plugin.Client
 	rpc    pluginpb.PluginClient
+	mcp    *mcp.Conn
 	pid    int
 	done   chan struct{} // closed when the process has exited
 }
@@ -135,8 +138,14 @@ func (p *process) exited() bool {
 func (p *process) kill() {
 	if p.pid > 0 {
 		killGroup(p.pid)
-	} else if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
-		killGroup(rc.Pid)
+	} else if p.client != nil {
+		if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
+			killGroup(rc.Pid)
+		}
+	}
+	if p.mcp != nil {
+		go p.mcp.Close()
+		return
 	}
 	go p.client.Kill()
 }
@@ -145,7 +154,14 @@ func (p *process) kill() {
 // Either way, what it forked into its group is killed with it.
 func (p *process) stop(grace time.Duration) {
 	done := make(chan struct{})
-	go func() { p.client.Kill(); close(done) }()
+	go func() {
+		if p.mcp != nil {
+			p.mcp.Close() // closes its stdin, then signals it after grace
+		} else {
+			p.client.Kill()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 		if p.pid > 0 {
