@@ -91,7 +91,7 @@ type Pool struct {
 	log     *slog.Logger
 	observe atomic.Pointer[func(CallStat)]
 
-	closed  atomic.Bool
+	closed atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*place
