@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -67,7 +66,6 @@ type OpenAIOptions struct {
 	ContextTokens int
 	// FailFast: a refused connection is never retried here (see Options).
 	FailFast bool
-	Log      *slog.Logger // nil means slog.Default()
 }
 
 // OpenAI talks to one model on a server with OpenAI's chat completions API.
@@ -88,7 +86,6 @@ type OpenAI struct {
 	backoff     time.Duration
 	failFast    bool
 	reserve     int // tokens of the context kept for the reply, when set
-	log         *slog.Logger
 	ratio       *ratio
 
 	mu     sync.Mutex
@@ -124,7 +121,6 @@ func NewOpenAI(o OpenAIOptions) (*OpenAI, error) {
 		backoff:     o.Backoff,
 		failFast:    o.FailFast,
 		reserve:     o.ReplyReserve,
-		log:         o.Log,
 		ratio:       newRatio(),
 		numCtx:      o.ContextTokens,
 	}
@@ -136,9 +132,6 @@ func NewOpenAI(o OpenAIOptions) (*OpenAI, error) {
 	}
 	if c.numCtx == 0 {
 		c.numCtx = DefaultNumCtx
-	}
-	if c.log == nil {
-		c.log = slog.Default()
 	}
 	// The services are built from these options alone: openai.NewClient
 	// would add OPENAI_API_KEY, OPENAI_BASE_URL and the like from the

@@ -107,7 +107,8 @@ type Server struct {
 	requests []Request
 	models   []string
 	key      string
-	nCtx     int // tokens; 0: no limit
+	nCtx     int           // tokens; 0: no limit
+	slots    chan struct{} // nil: no limit
 	inFlight int
 	maxIn    int
 }
@@ -187,6 +188,15 @@ func (s *Server) ContextSize(n int) {
 	s.nCtx = n
 }
 
+// Slots makes the server answer at most n chat requests at once, the others
+// waiting their turn, as llama-server's --parallel slots do: a server's
+// throughput is bounded, so that more servers carry more.
+func (s *Server) Slots(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots = make(chan struct{}, n)
+}
+
 // Requests returns every chat request received, in order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -201,11 +211,16 @@ func (s *Server) MaxInFlight() int {
 	return s.maxIn
 }
 
-// Close stops the server; requests still waiting end at once.
+// Close stops the server as if its process died; requests still waiting end
+// at once.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
-		close(s.quit)
+		// As a process that dies: connections drop before any handler
+		// could answer them, so that a client sees a reset, never a reply
+		// cut short as if it were whole.
+		_ = s.srv.Listener.Close()
 		s.srv.CloseClientConnections()
+		close(s.quit)
 		s.srv.Close()
 	})
 }
@@ -327,6 +342,19 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	s.mu.Lock()
+	slots := s.slots
+	s.mu.Unlock()
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-r.Context().Done():
+			return
+		case <-s.quit:
+			return
+		}
+	}
 	reply := s.next(req)
 	if reply.Delay > 0 && !s.wait(r, reply.Delay) {
 		return
