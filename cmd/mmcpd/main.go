@@ -326,7 +326,7 @@ func serve(stderr io.Writer) error {
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", cfg.OllamaModel)
+	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", modelNames(d.model))
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/mmcpd/mmcpd/pkg/config"
 	"github.com/mmcpd/mmcpd/pkg/llm"
@@ -79,4 +81,15 @@ func printModels(w io.Writer, cfg config.Config) {
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// modelNames lists the models the servers run, for the start-up line.
+func modelNames(p *llm.Pool) string {
+	var names []string
+	for _, b := range p.Backends() {
+		if !slices.Contains(names, b.Model) {
+			names = append(names, b.Model)
+		}
+	}
+	return strings.Join(names, ",")
 }
