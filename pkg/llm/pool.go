@@ -76,7 +76,7 @@ type PoolOptions struct {
 }
 
 // maxSessions bounds the placement map: past it, places idle longest go.
-const maxSessions = 100_000
+const maxSessions = 10_000
 
 // Pool spreads turns over several model servers. A session stays on one
 // server while it is healthy, since its prompt cache lives there; a new one
