@@ -144,7 +144,7 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 // daemon is everything serve and schema wire together.
 type daemon struct {
 	cfg    config.Config
-	model  *llm.Client
+	model  *llm.Pool
 	runner *loop.Runner
 	host   *plugins.Host
 }
@@ -152,16 +152,7 @@ type daemon struct {
 // newDaemon wires the daemon; environ is the process environment as it was at
 // start, plugins' settings included.
 func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, error) {
-	model, err := llm.New(llm.Options{
-		Host:        cfg.OllamaHost,
-		Model:       cfg.OllamaModel,
-		NumCtx:      cfg.OllamaNumCtx,
-		Temperature: cfg.LLMTemperature,
-		Timeout:     cfg.LLMTimeout,
-		IdleTimeout: cfg.LLMIdleTimeout,
-		Retries:     cfg.LLMRateLimitRetries,
-		KeepAlive:   cfg.OllamaKeepAlive,
-	})
+	model, err := newModels(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("model client: %w", err)
 	}
@@ -268,18 +259,23 @@ func serve(stderr io.Writer) error {
 	go d.host.Start(ctx)
 	defer d.host.Close()
 
+	defer d.model.Close()
 	checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := d.model.Check(checkCtx); err != nil {
 		// Not fatal: Ollama may start after us. /readyz and every chat say
 		// the same until it is there.
-		log.Warn("the model is not ready; chats will fail until it is", "problem", err.Error(),
-			"fix", fmt.Sprintf("install Ollama, start it (ollama serve), run: ollama pull %s; MMCP_OLLAMA_HOST tells mmcpd where it is", cfg.OllamaModel))
-	} else {
+		log.Warn("the model is not ready; chats will fail until it is", "problem", err.Error(), "fix", modelFix(cfg))
+	} else if cfg.LLMBackends == "" {
 		log.Info("model ready", "model", cfg.OllamaModel, "ollama", cfg.OllamaHost)
+	} else {
+		for _, b := range d.model.Backends() {
+			log.Info("model server", "backend", b.Name, "state", b.State, "problem", b.Reason)
+		}
 	}
 	cancel()
 
-	m := metrics.New(metrics.Sources{Plugins: d.host.Plugins, Sessions: st.SessionCount})
+	m := metrics.New(metrics.Sources{Plugins: d.host.Plugins, Sessions: st.SessionCount, Backends: d.model.Backends})
+	d.model.OnCall(m.ModelCall)
 	d.runner.Events = m.Observe
 	api := &server.Server{
 		Turns:   d.runner,
@@ -334,7 +330,7 @@ func serve(stderr io.Writer) error {
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", cfg.OllamaModel)
+	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", modelNames(d.model))
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -404,6 +400,7 @@ func printConfig(stdout io.Writer) error {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stdout, "# warning:", w)
 	}
+	printModels(stdout, cfg)
 	if err := printPluginSettings(stdout, cfg); err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ type Config struct {
 	OllamaModel             string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
 	OllamaNumCtx            int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
 	OllamaKeepAlive         time.Duration `split_words:"true" default:"5m" desc:"how long Ollama keeps the model loaded after a call; negative keeps it loaded"`
+	LLMBackends             string        `split_words:"true" desc:"model servers, comma-separated kind=url#model, kind ollama or openai (a server with /v1/chat/completions); the API key of entry N comes from MMCP_LLM_<N>_API_KEY; empty: one Ollama at MMCP_OLLAMA_HOST with MMCP_OLLAMA_MODEL"`
 	LLMTemperature          float64       `split_words:"true" default:"0" desc:"sampling temperature, 0 to 2"`
 	LLMTimeout              time.Duration `split_words:"true" default:"120s" desc:"how long a model call may wait for the first piece of its reply (a check: for its answer), greater than 0"`
 	LLMIdleTimeout          time.Duration `split_words:"true" default:"60s" desc:"how long a model may stay silent between two pieces of its reply, greater than 0"`
@@ -108,7 +109,8 @@ func Load() (Config, error) {
 		hostErr = fmt.Errorf("%s: %w", hostVar, hostErr)
 	}
 
-	if err := errors.Join(hostErr, c.validate()); err != nil {
+	_, backendsErr := c.Backends()
+	if err := errors.Join(hostErr, c.validate(), backendsErr); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -453,5 +455,5 @@ func (c Config) Effective(w io.Writer) error {
 			return err
 		}
 	}
-	return nil
+	return c.effectiveKeys(w)
 }

@@ -22,6 +22,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_OLLAMA_MODEL", "qwen2.5:7b-instruct"},
 	{"MMCP_OLLAMA_NUM_CTX", "8192"},
 	{"MMCP_OLLAMA_KEEP_ALIVE", "5m"},
+	{"MMCP_LLM_BACKENDS", ""},
 	{"MMCP_LLM_TEMPERATURE", "0"},
 	{"MMCP_LLM_TIMEOUT", "120s"},
 	{"MMCP_LLM_IDLE_TIMEOUT", "60s"},
@@ -156,6 +157,9 @@ var readCases = []struct {
 	{"MMCP_OLLAMA_MODEL", "llama3.1:8b", func(c *Config) { c.OllamaModel = "llama3.1:8b" }},
 	{"MMCP_OLLAMA_NUM_CTX", "16384", func(c *Config) { c.OllamaNumCtx = 16384 }},
 	{"MMCP_OLLAMA_KEEP_ALIVE", "-1s", func(c *Config) { c.OllamaKeepAlive = -time.Second }},
+	{"MMCP_LLM_BACKENDS", "ollama=gpu1#qwen2.5:7b-instruct,openai=http://nas:8080/v1#qwen2.5-7b", func(c *Config) {
+		c.LLMBackends = "ollama=gpu1#qwen2.5:7b-instruct,openai=http://nas:8080/v1#qwen2.5-7b"
+	}},
 	{"MMCP_LLM_TEMPERATURE", "0.7", func(c *Config) { c.LLMTemperature = 0.7 }},
 	{"MMCP_LLM_TIMEOUT", "45s", func(c *Config) { c.LLMTimeout = 45 * time.Second }},
 	{"MMCP_LLM_IDLE_TIMEOUT", "15s", func(c *Config) { c.LLMIdleTimeout = 15 * time.Second }},
@@ -568,6 +572,7 @@ MMCP_OLLAMA_HOST=http://127.0.0.1:11434
 MMCP_OLLAMA_MODEL=qwen2.5:7b-instruct
 MMCP_OLLAMA_NUM_CTX=8192
 MMCP_OLLAMA_KEEP_ALIVE=5m0s
+MMCP_LLM_BACKENDS=
 MMCP_LLM_TEMPERATURE=0
 MMCP_LLM_TIMEOUT=2m0s
 MMCP_LLM_IDLE_TIMEOUT=1m0s

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -161,7 +162,8 @@ func bound(x float64) float64 {
 // PromptBudget is how many characters of prompt fit num_ctx with the reply's
 // reserve kept free, at the characters-per-token ratio learned so far, and
 // the words that say so (for an error that names the setting to change).
-func (c *Client) PromptBudget() (chars int, why string) {
+// One server has one budget, whatever the turn: ctx matters to a Pool only.
+func (c *Client) PromptBudget(context.Context) (chars int, why string) {
 	r := c.ratio.current()
 	chars = max(int(float64(c.numCtx-c.replyReserve)*r), 0)
 	return chars, fmt.Sprintf("the %d characters that fit MMCP_OLLAMA_NUM_CTX=%d with %d tokens kept for the reply, at %.1f characters per token",

@@ -196,7 +196,7 @@ func TestPromptBudget(t *testing.T) {
 					t.Fatalf("call %d: err = %v", i, err)
 				}
 			}
-			got, why := client.PromptBudget()
+			got, why := client.PromptBudget(context.Background())
 			if got != tt.wantChars {
 				t.Errorf("PromptBudget = %d (%s), want %d", got, why, tt.wantChars)
 			}

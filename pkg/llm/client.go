@@ -7,12 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ollama/ollama/api"
@@ -79,6 +77,10 @@ type Options struct {
 	// DefaultDownFreshness.
 	DownFreshness time.Duration
 	Log           *slog.Logger // where reachability changes go; nil means slog.Default()
+	// FailFast: a refused connection is never retried here. A Pool of
+	// several servers sets it, since another server answers sooner than
+	// this one comes back.
+	FailFast bool
 }
 
 // Client talks to one model on one Ollama server. It is safe for concurrent
@@ -95,6 +97,7 @@ type Client struct {
 	backoff     time.Duration
 	keepAlive   time.Duration
 	downFresh   time.Duration
+	failFast    bool
 	// replyReserve tokens of numCtx are left for the reply; ratio learns
 	// how many characters make a token of the rest (see PromptBudget).
 	replyReserve int
@@ -147,6 +150,7 @@ func New(o Options) (*Client, error) {
 		backoff:     o.Backoff,
 		keepAlive:   o.KeepAlive,
 		downFresh:   o.DownFreshness,
+		failFast:    o.FailFast,
 		log:         o.Log,
 		ratio:       newRatio(),
 	}
@@ -185,6 +189,13 @@ func (c *Client) Host() string { return c.host }
 type Reply struct {
 	Content string // the assistant message; may be empty
 	Usage   Usage
+	// Backend and Model name the server and the model that wrote the
+	// reply; a Pool sets Backend (its entry's name), each client Model.
+	Backend string
+	Model   string
+	// Failover says why a Pool's call moved from the server the session was
+	// on to Backend; empty when it did not move.
+	Failover string
 	// Truncated means the reply stopped at the end of the model's context
 	// (done_reason "length"): the request turns context shifting off, so a
 	// reply that fills num_ctx ends there, cut, instead of going on past
@@ -248,7 +259,7 @@ func (c *Client) chat(ctx context.Context, req *api.ChatRequest, onPiece func(st
 		if ctx.Err() != nil {
 			return Reply{}, c.ctxErr(ctx, "chat")
 		}
-		if attempt > c.retries || !retryable(err) || refused(err) && c.knownDown() {
+		if attempt > c.retries || !retryable(err) || refused(err) && (c.failFast || c.knownDown()) {
 			return Reply{}, c.explain("chat request", err, attempt)
 		}
 		t := time.NewTimer(delay)
@@ -358,10 +369,10 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest, onPiece fun
 	// is too large, or too slow, is never read.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watch := c.watch(cancel)
+	watch := newWatchdog(cancel, c.timeout, c.idle)
 	defer watch.stop()
-	var overBody atomic.Bool
-	callCtx = context.WithValue(callCtx, bodyCapKey{}, &overBody)
+	overBody := &bodyCap{limit: maxBodyBytes}
+	callCtx = context.WithValue(callCtx, bodyCapKey{}, overBody)
 
 	var (
 		chunks   int
@@ -394,7 +405,7 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest, onPiece fun
 	switch {
 	case overCaps:
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes (%d KiB) of content, the most a reply may have", MaxReplyBytes, MaxReplyBytes>>10))
-	case overBody.Load():
+	case overBody.over.Load():
 		return Reply{}, c.tooLarge(fmt.Sprintf("more than %d bytes of response body, the most a reply of %d bytes (%d KiB) of content may take", maxBodyBytes, MaxReplyBytes, MaxReplyBytes>>10))
 	case ctx.Err() == nil && errors.As(context.Cause(callCtx), &late):
 		// Whatever the api client made of the cut body (nothing, or a
@@ -413,6 +424,7 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest, onPiece fun
 	}
 	return Reply{
 		Content:   content.String(),
+		Model:     c.model,
 		Truncated: final.DoneReason == "length",
 		Usage: Usage{
 			Calls:            1,
@@ -422,119 +434,3 @@ func (c *Client) chatOnce(ctx context.Context, req *api.ChatRequest, onPiece fun
 		},
 	}, nil
 }
-
-// timeout is the cause a chat's watchdog cancels it with: which setting's
-// bound passed, and after how many pieces.
-type timeout struct {
-	setting string
-	after   time.Duration
-	pieces  int
-}
-
-func (t *timeout) Error() string { return t.setting + " passed" }
-
-// watchdog cuts a streamed chat that is silent too long: Timeout until the
-// first piece (the prompt is being read, the model perhaps loaded), then
-// IdleTimeout between pieces. A model that keeps writing is never cut: its
-// length is bounded by the reply caps and num_ctx, not by a clock.
-type watchdog struct {
-	c      *Client
-	cancel context.CancelCauseFunc
-	timer  *time.Timer
-	pieces atomic.Int64
-}
-
-func (c *Client) watch(cancel context.CancelCauseFunc) *watchdog {
-	w := &watchdog{c: c, cancel: cancel}
-	if c.timeout > 0 {
-		w.timer = time.AfterFunc(c.timeout, w.fire)
-	}
-	return w
-}
-
-func (w *watchdog) fire() {
-	n := int(w.pieces.Load())
-	if n == 0 {
-		w.cancel(&timeout{setting: "MMCP_LLM_TIMEOUT", after: w.c.timeout})
-		return
-	}
-	w.cancel(&timeout{setting: "MMCP_LLM_IDLE_TIMEOUT", after: w.c.idle, pieces: n})
-}
-
-// piece restarts the idle bound. A timer that already fired stays fired: the
-// call is cancelled, and this piece is the last one read.
-func (w *watchdog) piece() {
-	w.pieces.Add(1)
-	if w.timer != nil && w.c.idle > 0 {
-		w.timer.Reset(w.c.idle)
-	}
-}
-
-func (w *watchdog) stop() {
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-}
-
-// transport keeps connections to Ollama for reuse: the default keeps only two
-// idle per host, and under concurrent turns most calls would dial again. Idle
-// ones close soon: Ollama is near, and a burst should not leave its
-// connections (and their goroutines) behind for long.
-func transport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 64
-	t.MaxIdleConnsPerHost = 64
-	t.IdleConnTimeout = 5 * time.Second
-	return t
-}
-
-// errTooLarge stops the api client's read loop; chatOnce replaces it with an
-// error for a person.
-var errTooLarge = errors.New("reply too large")
-
-// bodyCapKey marks, in a request's context, the flag capped sets when the
-// response body passed maxBodyBytes.
-type bodyCapKey struct{}
-
-// capped is a RoundTripper whose chat response bodies fail past
-// maxBodyBytes, so that no reply, however it is cut into lines, is read whole
-// into memory. Only requests whose context carries a bodyCapKey flag are
-// capped: /api/show (Check) is small, trusted to be, and left alone.
-type capped struct{ base http.RoundTripper }
-
-func (t capped) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	if flag, ok := req.Context().Value(bodyCapKey{}).(*atomic.Bool); ok {
-		resp.Body = &cappedBody{ReadCloser: resp.Body, over: flag}
-	}
-	return resp, nil
-}
-
-// cappedBody fails, and sets over, as soon as more than maxBodyBytes have
-// been read: it reads one byte past the bound to know, and no further.
-type cappedBody struct {
-	io.ReadCloser
-	read int64
-	over *atomic.Bool
-}
-
-func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.read > maxBodyBytes {
-		return 0, errBodyTooLarge
-	}
-	if rest := maxBodyBytes + 1 - b.read; int64(len(p)) > rest {
-		p = p[:rest]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.read += int64(n)
-	if b.read > maxBodyBytes {
-		b.over.Store(true)
-		return n, errBodyTooLarge
-	}
-	return n, err
-}
-
-var errBodyTooLarge = fmt.Errorf("response body over %d bytes", maxBodyBytes)

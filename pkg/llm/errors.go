@@ -45,6 +45,16 @@ var (
 	// model's context (num_ctx): the client asks it never to cut a prompt
 	// itself. A smaller window may fit; the same prompt never will.
 	ErrContextTooLong = errors.New("prompt longer than the model's context")
+	// ErrUnauthorized means the server refused the request's credentials
+	// (401, 403): the API key setting is missing or wrong. Trying again
+	// cannot help.
+	ErrUnauthorized = errors.New("model server refused the credentials")
+	// ErrSchemaRefused means the server refused the reply schema: its
+	// converter cannot make a grammar of it (Ollama's "invalid JSON schema
+	// in format", llama.cpp's "JSON schema conversion failed"). Trying
+	// again cannot help; leaving out the tool whose arguments it cannot
+	// convert can.
+	ErrSchemaRefused = errors.New("model server refused the reply schema")
 )
 
 // llmError carries a message meant for a person while errors.Is still finds
@@ -166,6 +176,14 @@ func (c *Client) explain(op string, err error, attempts int) error {
 				cause: err,
 			}
 		case http.StatusBadRequest:
+			if strings.Contains(se.ErrorMessage, "schema") {
+				return &llmError{
+					msg: fmt.Sprintf("Ollama at %s refused the reply schema mmcpd sends as format for model %q (%s): its converter cannot turn it into a grammar; a tool's arguments use a construct it does not support (GET /v1/schema shows the schema)",
+						c.host, c.model, statusText(se)),
+					kind:  ErrSchemaRefused,
+					cause: err,
+				}
+			}
 			if tooLong(se.ErrorMessage) {
 				return &llmError{
 					msg: fmt.Sprintf("Ollama at %s refused the %s for model %q: the prompt is longer than the model's context (num_ctx %d tokens, MMCP_OLLAMA_NUM_CTX): %s",
@@ -198,6 +216,7 @@ func (c *Client) explain(op string, err error, attempts int) error {
 	if errors.As(err, &ae) {
 		return &llmError{
 			msg:   fmt.Sprintf("Ollama at %s refused the %s for model %q: %d %s", c.host, op, c.model, ae.StatusCode, http.StatusText(ae.StatusCode)),
+			kind:  ErrUnauthorized,
 			cause: err,
 		}
 	}

@@ -194,7 +194,7 @@ func TestTokenBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget, _ := model.PromptBudget() // (1600 - 400) * 3 = 3600
+	budget, _ := model.PromptBudget(context.Background()) // (1600 - 400) * 3 = 3600
 	tb := newToolbox(t)
 	tb.funcs["tmdb_search"] = func(context.Context, json.RawMessage) (string, error) { return strings.Repeat("r", 3000), nil }
 	r := &loop.Runner{Model: model, Tools: tb, Config: loop.DefaultConfig, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -130,6 +130,12 @@ type Step struct {
 	Error       string          `json:"error,omitempty"`
 	Retries     int             `json:"retries,omitempty"`
 	Duration    time.Duration   `json:"duration_ns"`
+	// Backend and Model say which model server and model wrote the step's
+	// decision; Failover, why the call moved to that server from the one
+	// the session was on. A turn whose session moves says so here.
+	Backend  string `json:"backend,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Failover string `json:"failover,omitempty"`
 }
 
 // InvalidReplyError is returned when the model kept replying with invalid
@@ -287,15 +293,16 @@ func (t *turn) result(err error) (*Result, error) {
 func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	start := time.Now()
 	t.emit(Event{Type: EventStepStart, Step: n})
-	p, err := t.prompt(final)
+	p, err := t.prompt(ctx, final)
 	if err != nil {
 		return false, fmt.Errorf("step %d: %w", n, err)
 	}
-	d, retries, modelTime, err := t.decide(ctx, n, p)
+	d, retries, modelTime, who, err := t.decide(ctx, n, p)
 	if err != nil {
 		return false, err
 	}
-	st := Step{Number: n, Thought: d.Thought, Action: d.Action, Args: d.Args, Retries: retries}
+	st := Step{Number: n, Thought: d.Thought, Action: d.Action, Args: d.Args, Retries: retries,
+		Backend: who.Backend, Model: who.Model, Failover: who.Failover}
 	reply, _ := json.Marshal(d)
 
 	if d.Final() {
@@ -346,9 +353,10 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 // decide calls the model until it gives a valid decision, re-asking with the
 // exact problems at most MaxRetries times. The failed attempts and the
 // corrections live only here: once the model gets it right they are gone.
-func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, int, time.Duration, error) {
+func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, int, time.Duration, answeredBy, error) {
 	var extra []convo.Message // this step's failed attempts and corrections
 	var modelTime time.Duration
+	var who answeredBy
 	for attempt := 0; ; attempt++ {
 		callStart := time.Now()
 		pv := t.preview(n, attempt)
@@ -356,9 +364,10 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 		modelTime += time.Since(callStart)
 		if err != nil {
 			pv.end(false)
-			return schema.Decision{}, attempt, modelTime, err
+			return schema.Decision{}, attempt, modelTime, who, err
 		}
 		t.res.Usage.Add(reply.Usage)
+		who.add(reply)
 		took := time.Since(callStart)
 
 		// Decoded before the event, so that the event says what the model
@@ -367,11 +376,11 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 		pv.end(err == nil)
 		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Duration: took, Usage: &reply.Usage})
 		if err == nil {
-			return d, attempt, modelTime, nil
+			return d, attempt, modelTime, who, nil
 		}
 		var re *schema.ReplyError
 		if !errors.As(err, &re) {
-			return schema.Decision{}, attempt, modelTime, fmt.Errorf("step %d: decoding reply: %w", n, err)
+			return schema.Decision{}, attempt, modelTime, who, fmt.Errorf("step %d: decoding reply: %w", n, err)
 		}
 		if reply.Truncated {
 			// The context ended the reply, not the model: told only that
@@ -381,12 +390,23 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 		}
 		t.emit(Event{Type: EventValidationError, Step: n, Attempt: attempt, Problems: re.Problems})
 		if attempt >= t.Config.MaxRetries {
-			return schema.Decision{}, attempt, modelTime, &InvalidReplyError{Step: n, Attempts: attempt + 1, Last: re}
+			return schema.Decision{}, attempt, modelTime, who, &InvalidReplyError{Step: n, Attempts: attempt + 1, Last: re}
 		}
 		extra = append(extra,
 			convo.Message{Role: convo.Assistant, Content: convo.Cut(reply.Content, maxEcho)},
 			convo.Message{Role: convo.User, Content: correction(re)},
 		)
+	}
+}
+
+// answeredBy is which server and model wrote a step's replies, and why a
+// call moved, over every attempt of the step.
+type answeredBy struct{ Backend, Model, Failover string }
+
+func (a *answeredBy) add(r llm.Reply) {
+	a.Backend, a.Model = r.Backend, r.Model
+	if r.Failover != "" {
+		a.Failover = r.Failover
 	}
 }
 

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -48,7 +49,9 @@ type prompt struct {
 type Budgeted interface {
 	// PromptBudget returns that number, and words that say where it comes
 	// from, for an error that names the setting to change.
-	PromptBudget() (chars int, why string)
+	// ctx is the turn's: a pool of servers answers for the server the
+	// turn's session is on.
+	PromptBudget(ctx context.Context) (chars int, why string)
 }
 
 // toolSet is the tool listing of one step, sorted for the prompt's layers.
@@ -111,7 +114,7 @@ func (t *turn) sortTools() toolSet {
 
 // prompt builds a step's system prompt, tail and union. final restricts the
 // union to FinalResponse; the system prompt stays the same.
-func (t *turn) prompt(final bool) (*prompt, error) {
+func (t *turn) prompt(ctx context.Context, final bool) (*prompt, error) {
 	ts := t.sortTools()
 	catalogue, err := t.unions.Union(ts.listed)
 	if err != nil {
@@ -131,7 +134,7 @@ func (t *turn) prompt(final bool) (*prompt, error) {
 		budget: t.Config.MaxContextChars,
 	}
 	if m, ok := t.Model.(Budgeted); ok {
-		if chars, why := m.PromptBudget(); chars < p.budget {
+		if chars, why := m.PromptBudget(ctx); chars < p.budget {
 			p.budget, p.limit = chars, why
 		}
 	}

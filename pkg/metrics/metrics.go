@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 )
@@ -24,6 +25,8 @@ type Sources struct {
 	Plugins func() []plugins.Info
 	// Sessions counts the sessions in the store (store.Store.SessionCount).
 	Sessions func(context.Context) (int, error)
+	// Backends lists the model servers (llm.Pool.Backends).
+	Backends func() []llm.BackendState
 }
 
 // SessionsTimeout bounds how long a scrape waits for the session count.
@@ -72,6 +75,7 @@ type Metrics struct {
 	tokens    *prometheus.CounterVec
 	toolCalls *prometheus.CounterVec
 	toolTime  *prometheus.HistogramVec
+	backend   backendMetrics
 
 	mu      sync.Mutex
 	running map[string]struct{} // trace ids of turns seen and not ended
@@ -114,6 +118,7 @@ func New(src Sources) *Metrics {
 			Help:    "Time of each tool call, by tool.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"tool"}),
+		backend: newBackendMetrics(),
 		running: map[string]struct{}{},
 		known:   map[string]bool{},
 	}
@@ -126,6 +131,7 @@ func New(src Sources) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.steps, m.retries, m.modelTime, m.tokens, m.toolCalls, m.toolTime,
+		m.backend.calls, m.backend.errors, m.backend.time,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mmcpd_turns_running",
 			Help: "Turns in progress: from a turn's first event to its final, action_request or error event.",
@@ -133,6 +139,9 @@ func New(src Sources) *Metrics {
 	)
 	if src.Plugins != nil {
 		m.reg.MustRegister(pluginCollector(src.Plugins))
+	}
+	if src.Backends != nil {
+		m.reg.MustRegister(backendCollector(src.Backends))
 	}
 	if src.Sessions != nil {
 		m.reg.MustRegister(sessionCollector(src.Sessions))

@@ -119,6 +119,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	defer out.close()
 	turnCtx, cancel := s.turnContext(r)
 	defer cancel()
+	turnCtx = llm.WithSession(turnCtx, sess.ID) // its calls stay on one model server
 	res, runErr := s.Turns.Run(turnCtx, &conv, req.Message, out.event)
 	s.finish(w, r, out, sess.ID, turn, &conv, before, res, turnEnd(r, turnCtx, runErr))
 }
@@ -191,6 +192,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 	before := len(conv.Messages)
 	turnCtx, cancel := s.turnContext(r)
 	defer cancel()
+	turnCtx = llm.WithSession(turnCtx, sess.ID)
 	res, runErr := s.Turns.Resume(turnCtx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, out.event)
 	s.finish(w, r, out, sess.ID, a.Turn, &conv, before, res, turnEnd(r, turnCtx, runErr))
 }
@@ -481,6 +483,11 @@ func turnError(err error) (status int, code string, retryable bool) {
 		return http.StatusGatewayTimeout, "timeout", true
 	case errors.Is(err, llm.ErrModelMissing):
 		return http.StatusServiceUnavailable, "model_missing", false
+	case errors.Is(err, llm.ErrUnauthorized):
+		// The key setting is wrong: trying again cannot help.
+		return http.StatusServiceUnavailable, "model_unauthorized", false
+	case errors.Is(err, llm.ErrSchemaRefused):
+		return http.StatusBadGateway, "schema_refused", false
 	case errors.Is(err, llm.ErrUnavailable):
 		return http.StatusServiceUnavailable, "model_unavailable", true
 	case errors.Is(err, llm.ErrTimeout):

@@ -266,14 +266,31 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, llm.ErrModelMissing) {
 			code, retryable = "model_missing", false
 		}
-		s.fail(w, r, http.StatusServiceUnavailable, code, err.Error(), retryable)
+		s.failWith(w, r, http.StatusServiceUnavailable, code, err.Error(), retryable, s.backends())
 		return
 	}
 	ready := map[string]any{"status": "ready"}
+	if b := s.backends(); b != nil {
+		ready["backends"] = b
+	}
 	if warnings := s.pluginWarnings(); len(warnings) > 0 {
 		ready["warnings"] = warnings
 	}
 	s.reply(w, http.StatusOK, ready)
+}
+
+// BackendLister tells the state of each model server (llm.Pool is one).
+type BackendLister interface {
+	Backends() []llm.BackendState
+}
+
+// backends lists the model servers' states when Model knows them, for
+// /readyz, ready or not.
+func (s *Server) backends() []llm.BackendState {
+	if b, ok := s.Model.(BackendLister); ok {
+		return b.Backends()
+	}
+	return nil
 }
 
 // pluginWarnings lists what keeps a plugin or a tool from serving although
@@ -411,6 +428,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, 
 		Error:   ErrorDetail{Code: code, Message: msg, Retryable: retryable},
 		TraceID: trace.ID(r.Context()),
 	})
+}
+
+// failWith is fail for /readyz, with each model server's state beside the
+// error.
+func (s *Server) failWith(w http.ResponseWriter, r *http.Request, status int, code, msg string, retryable bool, backends []llm.BackendState) {
+	noteFailure(r, code, msg)
+	s.reply(w, status, struct {
+		ErrorBody
+		Backends []llm.BackendState `json:"backends,omitempty"`
+	}{ErrorBody{Error: ErrorDetail{Code: code, Message: msg, Retryable: retryable}, TraceID: trace.ID(r.Context())}, backends})
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
