@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	convo "github.com/mmcpd/mmcpd/pkg/context"
+	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/store"
 	"github.com/mmcpd/mmcpd/pkg/trace"
@@ -335,6 +336,7 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request, req *Com
 	s.log().InfoContext(ctx, "turn resumed", "session_id", sess.ID, "approval_id", a.ID, "decision", reply.decision, "route", "openai")
 	s.complete(w, r, req, base, func(turnCtx context.Context, progress loop.Observer) (string, *loop.Result, error) {
 		before := len(conv.Messages)
+		turnCtx = llm.WithSession(turnCtx, sess.ID) // the rest of the conversation stays on one model server
 		res, err := s.Turns.Resume(turnCtx, &conv, loop.Decision{ActionRequest: call, Approved: status == store.ApprovalApproved}, progress)
 		next, err, failed := s.record(r, sess.ID, a.Turn, &conv, before, res, turnEnd(r, turnCtx, err))
 		switch {
