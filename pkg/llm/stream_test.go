@@ -48,8 +48,11 @@ func TestChatIdleTimeout(t *testing.T) {
 		idle    time.Duration
 		want    string // in the error; empty: a reply
 	}{
-		{name: "steady, longer than the timeout", reply: ollamatest.Reply{Content: content}, rate: 5,
-			timeout: 300 * time.Millisecond, idle: time.Second},
+		// A piece every 250 ms for 2 s: each wait is a quarter of the
+		// first-piece timeout and a sixth of the idle one, so a loaded
+		// machine does not cut it; the whole is twice the timeout.
+		{name: "steady, longer than the timeout", reply: ollamatest.Reply{Content: content}, rate: 4,
+			timeout: time.Second, idle: 1500 * time.Millisecond},
 		{name: "silent from the start", reply: ollamatest.Reply{Content: content, Delay: 10 * time.Second},
 			timeout: 300 * time.Millisecond, idle: time.Second, want: "did not answer within 300ms (MMCP_LLM_TIMEOUT)"},
 		{name: "silent between pieces", reply: ollamatest.Reply{Content: content}, rate: 5,

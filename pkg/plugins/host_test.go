@@ -167,11 +167,13 @@ func TestStartTimeout(t *testing.T) {
 	dir := pluginDir(t, "works")
 	// Never shakes hands: the host gives up at StartTimeout, and kills it.
 	writeScript(t, dir, "mmcp-plugin-mute", "#!/bin/sh\nexec sleep 60\n")
-	h, _ := newHost(t, dir, plugins.Options{StartTimeout: 500 * time.Millisecond})
+	// Long enough for works to start on a loaded machine (its handshake
+	// took over 500 ms with other tests running on 2 cores).
+	h, _ := newHost(t, dir, plugins.Options{StartTimeout: 3 * time.Second})
 	start := time.Now()
 	h.Start(context.Background())
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Start took %s with a 500ms start timeout", d)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Start took %s with a 3s start timeout", d)
 	}
 	if p := info(t, h, "mute"); p.Status != plugins.StatusFailed || p.Reason == "" {
 		t.Errorf("mute: %+v", p)
