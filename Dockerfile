@@ -15,9 +15,11 @@
 # needs neither, which is what the health check calls.
 #
 # The daemon runs as uid 65532, not root, so it runs its plugins as itself
-# (MMCP_PLUGINS_USER applies only to a root daemon). Docker's default seccomp
-# profile refuses the user and pid namespaces it would put each plugin in:
-# the daemon logs one warning and starts them without.
+# (MMCP_PLUGINS_USER applies only to a root daemon), each in a user and a
+# pid namespace of its own where the runtime allows them (podman's default
+# seccomp profile does); where it refuses them (Docker's default profile
+# without CAP_SYS_ADMIN), the daemon logs one warning and starts them
+# without.
 #
 # The base images are arguments so that a mirror or a pinned digest can
 # stand in for them.
