@@ -3,6 +3,8 @@
 #   docker build -t mmcpd .                      # distroless, the default
 #   docker build --target node -t mmcpd:node .   # with Node.js, for MCP stdio
 #                                                # servers started with npx
+# An MCP server joins through its manifest in the plugins folder: mount it as
+# /usr/local/lib/mmcpd/plugins/<name>.mcp.json (read-only is enough).
 #   docker run -d -p 8787:8787 -v mmcpd-data:/data \
 #     -e MMCP_API_TOKEN=$(openssl rand -hex 32) \
 #     -e MMCP_OLLAMA_HOST=http://host.docker.internal:11434 mmcpd
