@@ -55,7 +55,8 @@ RUN set -e; \
 
 # Node.js for MCP servers run over stdio (npx ...); otherwise the same image.
 FROM ${NODE_IMAGE} AS node
-RUN useradd --uid 65532 --user-group --create-home --home-dir /home/mmcpd mmcpd
+RUN groupadd --gid 65532 mmcpd \
+    && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/mmcpd mmcpd
 COPY --from=build /out/usr/local /usr/local
 COPY --from=build --chown=65532:65532 /out/data /data
 ENV MMCP_LISTEN_ADDR=0.0.0.0:8787 \
