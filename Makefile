@@ -1,11 +1,12 @@
 # mmcpd: build, run, test.
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Bundled plugins: every plugins/<name>/ with Go sources builds to plugins/mmcp-plugin-<name>.
 PLUGINS := $(patsubst plugins/%/,plugins/mmcp-plugin-%,$(sort $(dir $(wildcard plugins/*/*.go))))
 
-.PHONY: all build run test bench fuzz lint proto clean
+.PHONY: all build run test bench fuzz lint proto clean dist
 
 all: build
 
@@ -55,5 +56,35 @@ proto:
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative plugin.proto
 
+# Release archives: $(DIST_DIR)/mmcpd-<version>-<os>-<arch>.tar.gz for each
+# platform, each holding bin/mmcpd, plugins/, the systemd unit, the env
+# example and the README, and $(DIST_DIR)/SHA256SUMS. The binaries are static
+# (CGO_ENABLED=0: the SQLite driver is pure Go), so one machine builds every
+# architecture. Files are sorted, owned by root and dated to the commit, so
+# the same commit gives the same archives. DIST_PLUGINS narrows the plugins
+# (the test builds one).
+DIST_DIR       ?= dist
+DIST_PLATFORMS ?= linux/amd64 linux/arm64
+DIST_PLUGINS   ?= $(patsubst plugins/mmcp-plugin-%,%,$(PLUGINS))
+DIST_DATE      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+dist:
+	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
+	@set -e; for platform in $(DIST_PLATFORMS); do \
+		os=$${platform%/*}; arch=$${platform#*/}; \
+		name=mmcpd-$(VERSION)-$$os-$$arch; dir=$(DIST_DIR)/$$name; \
+		echo "building $$name"; \
+		mkdir -p $$dir/bin $$dir/plugins; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" -o $$dir/bin/mmcpd ./cmd/mmcpd; \
+		for p in $(DIST_PLUGINS); do \
+			GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $$dir/plugins/mmcp-plugin-$$p ./plugins/$$p; \
+		done; \
+		cp deploy/mmcpd.service deploy/mmcpd.env.example README.md $$dir/; \
+		tar -C $(DIST_DIR) --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(DIST_DATE) -cf $$dir.tar $$name; \
+		gzip -n $$dir.tar; \
+		rm -rf $$dir; \
+	done
+	cd $(DIST_DIR) && sha256sum mmcpd-*.tar.gz > SHA256SUMS && cat SHA256SUMS
+
 clean:
-	rm -rf bin plugins/mmcp-plugin-*
+	rm -rf bin plugins/mmcp-plugin-* dist

@@ -47,9 +47,12 @@ Usage:
   mmcpd sessions [show ID | rm ID]
                                 list the daemon's sessions, show one's turns and steps, or delete one
   mmcpd db check|recover        check the session database, or save what is readable of a damaged one
-  mmcpd config                  print the effective configuration and every variable
+  mmcpd config [--env-example]  print the effective configuration and every variable
+                                (--env-example: as a commented settings file)
   mmcpd schema                  print the reply schema the model is held to
-  mmcpd version                 print the version
+  mmcpd health [--addr HOST:PORT]
+                                exit 0 if a running daemon answers /healthz (container health checks)
+  mmcpd version                 print the version, commit, Go version and platform
 
 Settings are environment variables; see "mmcpd config".
 `
@@ -80,11 +83,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "db":
 		err = db(args, stdout)
 	case "config":
-		err = printConfig(stdout)
+		err = configCommand(args, stdout, stderr)
 	case "schema":
 		err = printSchema(stdout)
 	case "version":
-		fmt.Fprintln(stdout, "mmcpd", buildVersion())
+		fmt.Fprintln(stdout, versionLine())
+	case "health":
+		err = health(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
