@@ -145,7 +145,7 @@ func TestOpenAIStreamsAnswer(t *testing.T) {
 // at MMCP_LLM_TIMEOUT, one that stops midway at MMCP_LLM_IDLE_TIMEOUT.
 func TestSteadyModelNotCut(t *testing.T) {
 	const answer = "ok"
-	steady := ollamatest.Cost{GenRate: 5, CharsPerToken: 16} // 5 tokens, 1 s
+	steady := ollamatest.Cost{GenRate: 4, CharsPerToken: 16} // 5 tokens, a piece every 250 ms
 	tests := []struct {
 		name       string
 		reply      ollamatest.Reply
@@ -155,13 +155,13 @@ func TestSteadyModelNotCut(t *testing.T) {
 	}{
 		{name: "steady", reply: final(answer), idle: time.Second, wantStatus: 200},
 		{name: "silent", reply: ollamatest.Reply{Content: final(answer).Content, Delay: 5 * time.Second}, idle: time.Second,
-			wantStatus: 504, wantText: "did not answer within 300ms (MMCP_LLM_TIMEOUT)"},
+			wantStatus: 504, wantText: "did not answer within 1s (MMCP_LLM_TIMEOUT)"},
 		{name: "stops midway", reply: final(answer), idle: 100 * time.Millisecond,
 			wantStatus: 504, wantText: "sent nothing for 100ms (MMCP_LLM_IDLE_TIMEOUT)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := startWith(t, options{model: func(o *llm.Options) { o.Timeout, o.IdleTimeout = 300*time.Millisecond, tt.idle }}, tt.reply)
+			e := startWith(t, options{model: func(o *llm.Options) { o.Timeout, o.IdleTimeout = time.Second, tt.idle }}, tt.reply)
 			e.fake.SetCost(steady)
 			began := time.Now()
 			resp, body := e.do(t, "POST", "/v1/chat", `{"message":"hi"}`)
@@ -169,7 +169,7 @@ func TestSteadyModelNotCut(t *testing.T) {
 			if resp.StatusCode != tt.wantStatus || !strings.Contains(string(body), tt.wantText) {
 				t.Fatalf("%d %s; want %d saying %q", resp.StatusCode, body, tt.wantStatus, tt.wantText)
 			}
-			if tt.wantStatus == 200 && took < 300*time.Millisecond {
+			if tt.wantStatus == 200 && took < time.Second {
 				t.Errorf("took %s, want longer than MMCP_LLM_TIMEOUT", took)
 			}
 		})
