@@ -337,7 +337,9 @@
     constructor(question) {
       this.root = el('section', { class: 'turn' });
       this.root.append(el('div', { class: 'bubble user' }, el('div', { class: 'who', text: 'You' }), el('div', { class: 'text', text: question })));
-      this.segment();
+      this.steps = new Map();
+      this.stepsBox = el('div', { class: 'steps' });
+      this.root.append(this.stepsBox);
       this.answerText = '';
       this.answerBody = el('div', { class: 'text' });
       this.answer = el('div', { class: 'bubble answer', hidden: true }, el('div', { class: 'who', text: 'mmcpd' }), this.answerBody);
@@ -346,22 +348,27 @@
       messages.append(this.root);
     }
 
-    // segment starts a new list of steps: a resumed turn numbers its steps
-    // again from 1.
-    segment() {
-      this.steps = new Map();
-      this.stepsBox = el('div', { class: 'steps' });
-      if (this.answer) this.root.insertBefore(this.stepsBox, this.answer);
-      else this.root.append(this.stepsBox);
+    // step finds or makes the view of step n. A resumed turn numbers its
+    // steps again from 1, the approved call being step 1: that is the
+    // waiting step, and the next ones follow its number.
+    step(n) {
+      const key = this.resumed ? `r${n}` : n;
+      let s = this.steps.get(key);
+      if (!s && this.resumed && n === 1) s = this.resumed;
+      if (!s) {
+        s = new StepView(this.resumed ? this.resumed.n + n - 1 : n, this.stepsBox);
+      }
+      this.steps.set(key, s);
+      return s;
     }
 
-    step(n) {
-      let s = this.steps.get(n);
-      if (!s) {
-        s = new StepView(n, this.stepsBox);
-        this.steps.set(n, s);
-      }
-      return s;
+    // resume goes on after an answered approval: the waiting step gets the
+    // call's result, later steps come after the approval card.
+    resume(decision) {
+      this.resumed = this.waiting || null;
+      if (this.resumed) this.resumed.setState(decision === 'approve' ? 'running' : 'failed', decision === 'approve' ? 'approved, running…' : 'denied');
+      this.stepsBox = el('div', { class: 'steps' });
+      this.root.insertBefore(this.stepsBox, this.answer);
     }
 
     renderAnswer() {
@@ -466,6 +473,7 @@
           const s = this.step(ev.step);
           s.setAction(ev.action, ev.args);
           s.setState('waiting', 'waits for your answer');
+          this.waiting = s;
           this.approval({ session: ev.session_id, id: ev.approval_id, tool: ev.action, args: ev.args, explanation: ev.explanation || ev.thought });
           break;
         }
@@ -510,6 +518,7 @@
         status.textContent = decision === 'approve' ? 'Approved: running it…' : 'Denied: nothing runs.';
         card.dataset.decision = decision;
         try {
+          this.resume(decision);
           await runTurn(this, '/v1/chat/respond', { session_id: req.session, approval_id: req.id, decision });
           localStorage.removeItem(APPROVAL_KEY + req.session);
           approve.remove();
@@ -517,6 +526,7 @@
           if (location.hash.includes('/approval/')) history.replaceState(null, '', `#/session/${encodeURIComponent(req.session)}`);
         } catch (e) {
           status.textContent = e.message;
+          if (this.waiting) this.waiting.setState('waiting', e.code || 'not answered');
           if (e.status === 409 || e.status === 404) {
             localStorage.removeItem(APPROVAL_KEY + req.session);
             approve.remove();
@@ -551,7 +561,6 @@
   async function runTurn(view, path, body) {
     setBusy(true);
     state.turn = view;
-    if (path.endsWith('/respond')) view.segment();
     try {
       await stream(path, body, (type, ev) => view.handle(type, ev));
     } catch (e) {
@@ -660,6 +669,7 @@
       tv.collapse();
       if (turn.status === 'awaiting_approval' && last) {
         last.setState('waiting', 'waits for your answer');
+        tv.waiting = last;
         const isLast = ti === view.turns.length - 1;
         tv.approval({ session: view.id, id: isLast ? pending : null, tool: last.root.dataset.action, args: JSON.parse(last.args.textContent || 'null'), explanation: last.thoughtText });
       } else if (turn.status === 'failed') {
