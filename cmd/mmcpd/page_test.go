@@ -150,6 +150,27 @@ func (b *browser) waitJS(t *testing.T, what, expr string) {
 	}
 }
 
+// screenshot writes docs/page.png: the page at a laptop's size with an
+// action request waiting and the status open beside it.
+func (b *browser) screenshot(t *testing.T) {
+	t.Helper()
+	b.do(t, "sizing the screen", chromedp.EmulateViewport(1280, 900))
+	b.do(t, "opening the status", chromedp.Click(chromedp.ID("status-btn")))
+	b.waitJS(t, "the plugins", `document.querySelectorAll('#plugins-status .plugin').length === 4`)
+	eval[chromedp.Void](t, b, `document.getElementById('messages').scrollTop = 1e6`)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("taking the screenshot: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join("..", "..", "docs", "page.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote docs/page.png (%d bytes)", len(shot))
+	b.do(t, "closing the status", chromedp.Click(chromedp.ID("status-close")))
+}
+
 // lastTurn is the JavaScript for the newest turn of the conversation.
 const lastTurn = `[...document.querySelectorAll('#messages .turn')].pop()`
 
@@ -269,6 +290,9 @@ func TestPageInBrowser(t *testing.T) {
 	if n := len(s.radarr.lines()); n != 0 {
 		t.Fatalf("Radarr was called %d times before the approval: %q", n, s.radarr.lines())
 	}
+	if os.Getenv(screenshotVar) == "1" {
+		b.screenshot(t)
+	}
 	s.ollama.Push(answer("Added Dune (2021) to Radarr."))
 	b.do(t, "approving", chromedp.SendKeys(chromedp.CSS(".turn:last-child .approval button.approve"), kb.Enter))
 	b.waitJS(t, "the answer after the approval", lastTurn+`.querySelector('.bubble.answer:not(.streaming)')?.innerText.includes('Added Dune (2021) to Radarr.') && !document.body.classList.contains('busy')`)
@@ -376,18 +400,6 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	if got := eval[string](t, b, `document.getElementById('model-status').innerText`); !strings.Contains(got, "ready") || !strings.Contains(got, "qwen2.5:7b-instruct") {
 		t.Errorf("the model's status:\n%s", got)
-	}
-
-	if os.Getenv(screenshotVar) == "1" {
-		b.do(t, "expanding a step", chromedp.Click(chromedp.CSS(`.turn .step[data-action=tmdb_search] summary`)))
-		shot, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile("../../docs/page.png", shot, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote docs/page.png (%d bytes)", len(shot))
 	}
 
 	// On a phone: nothing wider than the screen, the sessions in a drawer.

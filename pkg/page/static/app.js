@@ -20,7 +20,7 @@
       else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
       else e.setAttribute(k, v === true ? '' : String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === undefined || c === null || c === false) continue;
       e.append(c instanceof Node ? c : String(c));
     }
@@ -111,9 +111,12 @@
     return JSON.stringify(v, null, 2);
   }
 
-  function oneLine(v) {
-    if (v === undefined || v === null) return '';
-    return typeof v === 'string' ? v : JSON.stringify(v);
+  // readable lays out the JSON of a tool's result ("Result of tool:\n{...}"
+  // as the model reads it) over lines; other text stays as it is.
+  function readable(observation) {
+    const m = observation.match(/^(Result of [^\n]*:\n)([[{][\s\S]*)$/);
+    if (!m) return observation;
+    try { return m[1] + JSON.stringify(JSON.parse(m[2]), null, 2); } catch { return observation; }
   }
 
   // ---- the API ----
@@ -456,7 +459,7 @@
             s.setResult(ev.error, true);
             s.setState('failed', 'failed');
           } else {
-            s.setResult(ev.observation || '', false);
+            s.setResult(readable(ev.observation || ''), false);
             s.setState('done', 'done');
           }
           s.times();
@@ -660,7 +663,7 @@
         } else if (it.type === 'tool_result') {
           if (!last) last = tv.step(++n);
           const failed = /^\S+ (failed|was not run|did not finish|crashed)/.test(it.content || '');
-          last.setResult(it.content || '', failed);
+          last.setResult(failed ? it.content || '' : readable(it.content || ''), failed);
           last.setState(failed ? 'failed' : 'done', failed ? 'failed' : 'done');
         } else if (it.type === 'assistant') {
           tv.setAnswer(it.content);
@@ -827,9 +830,6 @@
         el('p', null, el('span', { class: 'status-tag', 'data-status': statusAgain ? 'starting' : 'unreachable', text: word }), ' '),
         el('p', { class: 'reason', text: e.message }));
     }
-    if (ready && ready.warnings && ready.warnings.length) {
-      model.append(el('ul', { class: 'warnings' }, ready.warnings.map((w) => el('li', { text: w }))));
-    }
 
     try {
       const [{ plugins }, { tools }] = await Promise.all([getJSON('/v1/plugins'), getJSON('/v1/tools')]);
@@ -853,7 +853,8 @@
             el('code', { text: t.name }),
             t.needs_approval ? el('span', { class: 'tag', text: 'asks first' }) : null,
             t.breaker && t.breaker !== 'closed' ? el('span', { class: 'tag bad', text: t.breaker === 'open' ? 'breaker open' : `breaker ${t.breaker}` }) : null,
-            t.disabled ? el('div', { class: 'reason small', text: t.disabled }) : null));
+            // A tool of a plugin that is not ready has the plugin's reason.
+            t.disabled && p.status === 'ready' ? el('div', { class: 'reason small', text: t.disabled }) : null));
         }
         card.append(list);
         box.append(card);
