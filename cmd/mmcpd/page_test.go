@@ -172,7 +172,8 @@ func (b *browser) screenshot(t *testing.T) {
 }
 
 // lastTurn is the JavaScript for the newest turn of the conversation.
-const lastTurn = `[...document.querySelectorAll('#messages .turn')].pop()`
+// It is an empty element while there is none, so that a wait can read it.
+const lastTurn = `([...document.querySelectorAll('#messages .turn')].pop() || document.createElement('div'))`
 
 // answerSample is what the page shows of the newest turn at one moment.
 type answerSample struct {
@@ -185,8 +186,8 @@ type answerSample struct {
 // test sees what a person saw while the turn ran.
 func (b *browser) sampleTurn(t *testing.T, tool string) []answerSample {
 	t.Helper()
-	expr := fmt.Sprintf(`(() => { const t = %s; if (!t) return {answer: '', streaming: false, toolDone: false};
-		const a = t.querySelector('.bubble.answer');
+	expr := fmt.Sprintf(`(() => { const t = %s; const a = t.querySelector('.bubble.answer');
+		if (!a) return {answer: '', streaming: false, toolDone: false};
 		const step = t.querySelector('.step[data-action=%q] pre.result:not([hidden])');
 		return {answer: a.hidden ? '' : a.querySelector('.text').textContent, streaming: a.classList.contains('streaming') || document.body.classList.contains('busy'), toolDone: !!step}; })()`, lastTurn, tool)
 	var out []answerSample
@@ -320,6 +321,18 @@ func TestPageInBrowser(t *testing.T) {
 	s.ollama.Push(ollamatest.Reply{Content: `{"thought":"I add Dune to Radarr again.","action":"radarr_add","args":{"tmdb_id":438631}}`})
 	b.send(t, "Add Dune once more")
 	b.waitJS(t, "the second action request", lastTurn+`.querySelector('.approval button.deny')`)
+	// The approval's link, as another client would give it, opens the
+	// session with the request to answer, from the stored session alone.
+	link := fmt.Sprintf("%s#/session/%s/approval/%s", url,
+		strings.TrimPrefix(eval[string](t, b, `location.hash`), "#/session/"),
+		eval[string](t, b, lastTurn+`.querySelector('.approval').dataset.approval`))
+	eval[chromedp.Void](t, b, `Object.keys(localStorage).filter(k => k.startsWith('mmcpd.approval.')).forEach(k => localStorage.removeItem(k))`)
+	eval[chromedp.Void](t, b, fmt.Sprintf(`history.replaceState(null, '', %q)`, link))
+	b.do(t, "opening the approval's link", chromedp.Reload())
+	b.waitJS(t, "the action request from the link", lastTurn+`.querySelector('.approval button.deny')`)
+	if got := eval[string](t, b, lastTurn+`.querySelector('.approval').innerText`); !strings.Contains(got, "radarr_add") || !strings.Contains(got, `"tmdb_id": 438631`) {
+		t.Errorf("the action request from the link:\n%s", got)
+	}
 	s.ollama.Push(answer("Fine, nothing was added."))
 	b.do(t, "denying", chromedp.Click(chromedp.CSS(".turn:last-child .approval button.deny")))
 	b.waitJS(t, "the answer after the denial", lastTurn+`.querySelector('.bubble.answer')?.innerText.includes('nothing was added') && !document.body.classList.contains('busy')`)

@@ -840,7 +840,8 @@
       box.replaceChildren(el('h3', { text: 'Plugins' }));
       if (!plugins.length) box.append(el('p', { class: 'muted', text: 'No plugins: the model has no tools.' }));
       for (const p of plugins) {
-        const missing = (p.settings || []).filter((s) => s.required && !s.set).map((s) => s.variable);
+        // Required settings not set, unless the reason already names them.
+        const missing = (p.settings || []).filter((s) => s.required && !s.set && !(p.reason || '').includes(s.variable)).map((s) => s.variable);
         const card = el('div', { class: 'plugin', 'data-plugin': p.name, 'data-status': p.status },
           el('div', { class: 'plugin-head' },
             el('strong', { text: p.name }), ' ', el('span', { class: 'muted', text: p.version || '' }), ' ',
