@@ -423,6 +423,8 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	b.do(t, "opening the drawer", chromedp.Click(chromedp.ID("menu")))
 	b.waitJS(t, "the drawer", `getComputedStyle(document.getElementById('sidebar')).display !== 'none'`)
+	b.do(t, "closing the drawer", chromedp.SendKeys(chromedp.ID("sidebar-close"), kb.Enter))
+	b.waitJS(t, "the drawer closed", `getComputedStyle(document.getElementById('sidebar')).display === 'none'`)
 	if w := eval[int](t, b, `Math.max(document.documentElement.scrollWidth, document.getElementById('messages').scrollWidth)`); w > 360 {
 		t.Errorf("with the drawer open the page is %d px wide", w)
 	}

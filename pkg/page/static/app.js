@@ -899,6 +899,12 @@
     }
   });
 
+  $('sidebar-close').addEventListener('click', () => { closeDrawers(); $('menu').focus(); });
+  // A tap beside the open drawer closes it.
+  document.addEventListener('click', (ev) => {
+    if (document.body.classList.contains('drawer') && !ev.target.closest('#sidebar, #menu')) closeDrawers();
+  });
+
   document.addEventListener('keydown', (ev) => {
     if (ev.key !== 'Escape' || $('token-dialog').open) return;
     if (document.body.classList.contains('drawer')) { closeDrawers(); $('menu').focus(); }
