@@ -321,9 +321,9 @@ func TestPageInBrowser(t *testing.T) {
 	s.ollama.Push(ollamatest.Reply{Content: `{"thought":"I add Dune to Radarr again.","action":"radarr_add","args":{"tmdb_id":438631}}`})
 	b.send(t, "Add Dune once more")
 	b.waitJS(t, "the second action request", lastTurn+`.querySelector('.approval button.deny')`)
-	// The approval's link, as another client would give it, opens the
-	// session with the request to answer, from the stored session alone.
-	link := fmt.Sprintf("%s#/session/%s/approval/%s", url,
+	// The approval's link, as the OpenAI route words it, opens the session
+	// with the request to answer, from the stored session alone.
+	link := fmt.Sprintf("%s#session=%s&approval=%s", url,
 		strings.TrimPrefix(eval[string](t, b, `location.hash`), "#/session/"),
 		eval[string](t, b, lastTurn+`.querySelector('.approval').dataset.approval`))
 	eval[chromedp.Void](t, b, `Object.keys(localStorage).filter(k => k.startsWith('mmcpd.approval.')).forEach(k => localStorage.removeItem(k))`)

@@ -526,7 +526,7 @@
           localStorage.removeItem(APPROVAL_KEY + req.session);
           approve.remove();
           deny.remove();
-          if (location.hash.includes('/approval/')) history.replaceState(null, '', `#/session/${encodeURIComponent(req.session)}`);
+          if (/\/approval\/|[#&]approval=/.test(location.hash)) history.replaceState(null, '', `#/session/${encodeURIComponent(req.session)}`);
         } catch (e) {
           status.textContent = e.message;
           if (this.waiting) this.waiting.setState('waiting', e.code || 'not answered');
@@ -811,6 +811,12 @@
     let ready;
     let statusAgain = false;
     const resp = await call('GET', '/readyz');
+    // With several model servers /readyz lists each (backends), ready or not.
+    const backends = (body) => (body && Array.isArray(body.backends) && body.backends.length
+      ? el('ul', { class: 'backends' }, body.backends.map((b) => el('li', null,
+        el('span', { class: 'status-tag', 'data-status': b.state === 'ready' || b.state === 'up' ? 'ready' : 'unreachable', text: b.state }), ' ',
+        el('strong', { text: b.name }), ' ', b.model || '', b.reason ? el('div', { class: 'reason small', text: b.reason }) : null)))
+      : null);
     if (resp.ok) {
       ready = await resp.json();
       const name = ready.model ? `Model ${ready.model}` : 'Model';
@@ -818,8 +824,10 @@
       badge.dataset.state = 'ready';
       badge.title = `${name}: ready`;
       model.replaceChildren(el('h3', { text: 'Model' }),
-        el('p', null, el('span', { class: 'status-tag', 'data-status': 'ready', text: 'ready' }), ' ', ready.model || 'the model answers'));
+        el('p', null, el('span', { class: 'status-tag', 'data-status': 'ready', text: 'ready' }), ' ', ready.model || 'the model answers'),
+        backends(ready));
     } else {
+      const body = await resp.clone().json().catch(() => null);
       const e = await errorOf(resp);
       statusAgain = e.code === 'plugins_starting';
       const word = { model_unavailable: 'model unreachable', model_missing: 'model missing', plugins_starting: 'starting', storage_lost: 'storage lost' }[e.code] || 'not ready';
@@ -828,7 +836,8 @@
       badge.title = e.message;
       model.replaceChildren(el('h3', { text: 'Model' }),
         el('p', null, el('span', { class: 'status-tag', 'data-status': statusAgain ? 'starting' : 'unreachable', text: word }), ' '),
-        el('p', { class: 'reason', text: e.message }));
+        el('p', { class: 'reason', text: e.message }),
+        backends(body));
     }
 
     try {
@@ -920,8 +929,14 @@
 
   function route() {
     if (state.busy) return;
-    const m = location.hash.match(/^#\/session\/([^/]+)(?:\/approval\/([^/]+))?$/);
-    if (m) {
+    // #/session/<id>[/approval/<id>], or #session=<id>&approval=<id> as the
+    // OpenAI route's approval questions link it.
+    let m = location.hash.match(/^#\/session\/([^/]+)(?:\/approval\/([^/]+))?$/);
+    if (!m && /^#session=/.test(location.hash)) {
+      const q = new URLSearchParams(location.hash.slice(1));
+      m = [null, encodeURIComponent(q.get('session') || ''), q.get('approval') ? encodeURIComponent(q.get('approval')) : undefined];
+    }
+    if (m && m[1]) {
       showSession(decodeURIComponent(m[1]), m[2] ? decodeURIComponent(m[2]) : null);
       return;
     }
