@@ -21,6 +21,7 @@ import (
 	convo "github.com/mmcpd/mmcpd/pkg/context"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/page"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/store"
@@ -45,6 +46,11 @@ type Catalog interface {
 // Checker reports whether the model is ready to serve.
 type Checker interface {
 	Check(ctx context.Context) error
+}
+
+// modelNamer names the model a Checker checks, for /readyz.
+type modelNamer interface {
+	Model() string
 }
 
 // PluginLister tells which plugins the daemon has and how they are.
@@ -138,7 +144,21 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
-	return s.traced(s.guarded(s.authorized(s.unrouted(mux))))
+	return s.traced(s.guarded(paged(s.authorized(s.unrouted(mux)))))
+}
+
+// paged serves the built-in page before the token is asked for: its files
+// hold no data, and the page asks for the token itself when the API refuses
+// it. The Host check still applies, so a rebound name gets no page either.
+func paged(next http.Handler) http.Handler {
+	p := page.New()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.Owns(r) {
+			p.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // unrouted answers requests no route takes (404, or 405 for a known path with
@@ -272,6 +292,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ready := map[string]any{"status": "ready"}
 	if b := s.backends(); b != nil {
 		ready["backends"] = b
+	}
+	if m, ok := s.Model.(modelNamer); ok {
+		ready["model"] = m.Model()
 	}
 	if warnings := s.pluginWarnings(); len(warnings) > 0 {
 		ready["warnings"] = warnings
