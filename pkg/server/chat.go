@@ -39,6 +39,7 @@ type ChatResponse struct {
 	TraceID   string    `json:"trace_id"`
 	Answer    string    `json:"answer,omitempty"`
 	Forced    bool      `json:"forced,omitempty"`
+	Fallback  bool      `json:"fallback,omitempty"` // every tool call of the turn failed
 	Steps     []Step    `json:"steps"`
 	Usage     llm.Usage `json:"usage"`
 	ActionRequest
@@ -312,7 +313,7 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 		out.turnFailed(runErr)
 		return
 	}
-	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Steps: res.Steps, Usage: res.Usage}
+	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Fallback: res.Fallback, Steps: res.Steps, Usage: res.Usage}
 	if p := res.Pending; p != nil {
 		a, err := s.Store.CreateApproval(ctx, session, turn, p.Tool, string(p.Args), s.Limits.ApprovalTTL)
 		if err != nil {
