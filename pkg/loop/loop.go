@@ -691,10 +691,14 @@ func (r *Runner) Catalog() []Tool {
 // Union returns the reply schema a turn starting now would use.
 func (r *Runner) Union() (*schema.Union, error) {
 	var tools []schema.Tool
+	var solo []string
 	for _, t := range r.Catalog() {
 		if t.Disabled == "" {
 			tools = append(tools, t.Tool)
+			if t.NeedsApproval {
+				solo = append(solo, t.Name)
+			}
 		}
 	}
-	return r.unions.Union(tools)
+	return r.unions.BatchUnion(tools, schema.Batch{Max: r.Config.ParallelCalls, Solo: solo})
 }
