@@ -64,13 +64,19 @@ func TestBatchRunsConcurrently(t *testing.T) {
 	)
 	var events []loop.Event
 	var conv convo.Conversation
+	var thought strings.Builder
 	res, err := newRunner(t, fake, tb).Run(context.Background(), &conv, "what's new and what's downloading?", func(e loop.Event) {
-		if e.Type != loop.EventThoughtDelta {
-			events = append(events, e)
+		if e.Type == loop.EventThoughtDelta && e.Step == 1 {
+			thought.WriteString(e.Text) // the batch's thought is previewed like any other
+			return
 		}
+		events = append(events, e)
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if thought.String() != "both at once" {
+		t.Errorf("previewed thought %q", thought.String())
 	}
 	if len(fake.Requests()) != 2 || len(res.Steps) != 3 || res.Fallback {
 		t.Fatalf("%d model calls, result %+v", len(fake.Requests()), res)
@@ -100,6 +106,8 @@ func TestBatchRunsConcurrently(t *testing.T) {
 	var tools []string
 	for _, e := range events {
 		switch e.Type {
+		case loop.EventAnswerRetracted:
+			t.Errorf("a valid batch reply was retracted: %+v", e)
 		case loop.EventModelReply:
 			if e.Step == 1 && (len(e.Calls) != 2 || e.Action != "") {
 				t.Errorf("model_reply = %+v", e)
