@@ -74,9 +74,15 @@ func TestTransientOverTheProtocol(t *testing.T) {
 	if !errors.As(err, &tr) || !tr.Transient() || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("unreachable: %v", err)
 	}
-	for _, tl := range flakyHost(t, url).Tools() {
+	h := flakyHost(t, url)
+	for _, tl := range h.Tools() {
 		if want := tl.Name == "flaky_change"; tl.Changes != want {
 			t.Errorf("%s: Changes %v", tl.Name, tl.Changes)
+		}
+	}
+	for _, tl := range info(t, h, "flaky").Tools {
+		if want := tl.Name == "flaky_change"; tl.Changes != want {
+			t.Errorf("/v1/plugins %s: changes %v", tl.Name, tl.Changes)
 		}
 	}
 }
