@@ -67,26 +67,54 @@ func NewBatchUnion(tools []Tool, b Batch) (*Union, error) {
 	for _, name := range b.Solo {
 		spec.solo[name] = true
 	}
-	var items []*node
-	for i, t := range u.tools { // the branch of u.tools[i] is oneOf[i]
-		if spec.solo[t.Name] {
-			continue
+	var batched []int // the branch of u.tools[i] is oneOf[i]
+	for i, t := range u.tools {
+		if !spec.solo[t.Name] {
+			batched = append(batched, i)
 		}
+	}
+	if len(batched) == 0 {
+		return u, nil
+	}
+	full := batchBranch(u.tools, batched, b.Max, inlineArgs)
+	if u.full, err = appendBranch(u.full, full); err != nil {
+		return nil, err
+	}
+	var shared map[int]string
+	if u.format, shared, err = shareArgs(u.format, batched); err != nil {
+		return nil, err
+	}
+	format := batchBranch(u.tools, batched, b.Max, func(i int) string { return shared[i] })
+	if u.format, err = appendBranch(u.format, format); err != nil {
+		return nil, err
+	}
+	u.batch = spec
+	return u, nil
+}
+
+// inlineArgs is where a batch item of the full union points: at its tool's
+// branch's args as they stand. The format copy's point where shareArgs put
+// them.
+func inlineArgs(i int) string { return fmt.Sprintf("#/oneOf/%d/properties/args", i) }
+
+// batchBranch is the batch branch: thought, and 1 to max calls, each one of
+// the tools batched (indices into tools, which are the union's branches),
+// its args pointed at by ref.
+func batchBranch(tools []Tool, batched []int, max int, ref func(int) string) *node {
+	var items []*node
+	for _, i := range batched {
 		items = append(items, obj(
 			member{"type", lit(`"object"`)},
 			member{"properties", obj(
-				member{"action", obj(member{"const", str(t.Name)})},
-				member{"args", obj(member{"$ref", str(fmt.Sprintf("#/oneOf/%d/properties/args", i))})},
+				member{"action", obj(member{"const", str(tools[i].Name)})},
+				member{"args", obj(member{"$ref", str(ref(i))})},
 			)},
 			member{"required", &node{isArr: true, arr: []*node{str("action"), str("args")}}},
 			member{"additionalProperties", lit(`false`)},
 		))
 	}
-	if len(items) == 0 {
-		return u, nil
-	}
-	desc := fmt.Sprintf("Run up to %d independent tool calls at once; each result comes back as its own message. Actions that ask the user first must be called alone.", b.Max)
-	branch := obj(
+	desc := fmt.Sprintf("Run up to %d independent tool calls at once; each result comes back as its own message. Actions that ask the user first must be called alone.", max)
+	return obj(
 		member{"type", lit(`"object"`)},
 		member{"description", str(desc)},
 		member{"properties", obj(
@@ -94,21 +122,79 @@ func NewBatchUnion(tools []Tool, b Batch) (*Union, error) {
 			member{"calls", obj(
 				member{"type", lit(`"array"`)},
 				member{"minItems", lit("1")},
-				member{"maxItems", lit(strconv.Itoa(b.Max))},
+				member{"maxItems", lit(strconv.Itoa(max))},
 				member{"items", obj(member{"oneOf", &node{isArr: true, arr: items}})},
 			)},
 		)},
 		member{"required", &node{isArr: true, arr: []*node{str("thought"), str("calls")}}},
 		member{"additionalProperties", lit(`false`)},
 	)
-	if u.full, err = appendBranch(u.full, branch); err != nil {
-		return nil, err
+}
+
+// shareArgs moves the args of each batched branch of a format copy into
+// that branch's $defs (as "args", or "args_" and so on where a tool's own
+// definitions hold that name), points the branch's args at them, and returns
+// where each went. The converter writes one grammar rule per distinct $ref:
+// pointing the batch items at the args where they stand would give every
+// tool's arguments a second rule, and a grammar that may outgrow the buffer
+// Ollama converts into (four times the format's size). References into the
+// args follow them.
+func shareArgs(format []byte, batched []int) ([]byte, map[int]string, error) {
+	n, err := parseNode(format)
+	if err != nil {
+		return nil, nil, fmt.Errorf("adding the batch branch: %w", err)
 	}
-	if u.format, err = appendBranch(u.format, branch); err != nil {
-		return nil, err
+	one := n.get("oneOf")
+	if one == nil || !one.isArr {
+		return nil, nil, fmt.Errorf("adding the batch branch: the union has no oneOf")
 	}
-	u.batch = spec
-	return u, nil
+	refs := make(map[int]string, len(batched))
+	for _, i := range batched {
+		br := one.arr[i]
+		props := br.get("properties")
+		var args *node
+		if props != nil {
+			args = props.get("args")
+		}
+		if args == nil {
+			return nil, nil, fmt.Errorf("adding the batch branch: branch %d has no args", i)
+		}
+		defs := br.get("$defs")
+		if defs == nil {
+			defs = &node{isObj: true}
+			br.obj = append(br.obj, member{"$defs", defs})
+		}
+		name := "args"
+		for defs.get(name) != nil {
+			name += "_"
+		}
+		refs[i] = fmt.Sprintf("#/oneOf/%d/$defs/%s", i, name)
+		repoint(br, inlineArgs(i), refs[i])
+		defs.obj = append(defs.obj, member{name, args})
+		for j := range props.obj {
+			if props.obj[j].key == "args" {
+				props.obj[j].val = obj(member{"$ref", str(refs[i])})
+			}
+		}
+	}
+	return n.bytes(), refs, nil
+}
+
+// repoint rewrites every $ref under n that starts with from (the whole
+// pointer or a pointer below it) to start with to instead.
+func repoint(n *node, from, to string) {
+	for i := range n.obj {
+		if s, ok := n.obj[i].val.str(); ok {
+			if n.obj[i].key == "$ref" && (s == from || strings.HasPrefix(s, from+"/")) {
+				n.obj[i].val = str(to + s[len(from):])
+			}
+			continue
+		}
+		repoint(n.obj[i].val, from, to)
+	}
+	for _, v := range n.arr {
+		repoint(v, from, to)
+	}
 }
 
 // appendBranch adds branch at the end of the oneOf of a serialised union.

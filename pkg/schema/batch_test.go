@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -41,7 +42,13 @@ func TestBatchBranch(t *testing.T) {
 	if u.BatchMax() != 3 {
 		t.Errorf("BatchMax = %d", u.BatchMax())
 	}
-	for _, raw := range []json.RawMessage{u.Schema(), u.Format()} {
+	for k, raw := range []json.RawMessage{u.Schema(), u.Format()} {
+		// The full union's items point at the args where they stand; the
+		// format's at the one definition the branch and the items share.
+		ref := func(i int) string { return fmt.Sprintf("#/oneOf/%d/properties/args", i) }
+		if k == 1 {
+			ref = func(i int) string { return fmt.Sprintf("#/oneOf/%d/$defs/args", i) }
+		}
 		var doc struct {
 			OneOf []struct {
 				Properties map[string]json.RawMessage `json:"properties"`
@@ -60,8 +67,8 @@ func TestBatchBranch(t *testing.T) {
 		}
 		calls := string(last.Properties["calls"])
 		for _, want := range []string{`"maxItems":3`, `"minItems":1`,
-			`{"action":{"const":"sonarr_queue"},"args":{"$ref":"#/oneOf/1/properties/args"}}`,
-			`{"action":{"const":"tmdb_search"},"args":{"$ref":"#/oneOf/2/properties/args"}}`} {
+			`{"action":{"const":"sonarr_queue"},"args":{"$ref":"` + ref(1) + `"}}`,
+			`{"action":{"const":"tmdb_search"},"args":{"$ref":"` + ref(2) + `"}}`} {
 			if !strings.Contains(calls, want) {
 				t.Errorf("calls lacks %s:\n%s", want, calls)
 			}
@@ -69,9 +76,13 @@ func TestBatchBranch(t *testing.T) {
 		if strings.Contains(calls, "radarr_add") {
 			t.Errorf("a tool that asks first is in calls: %s", calls)
 		}
+		if k == 1 && (string(doc.OneOf[2].Properties["args"]) != `{"$ref":"`+ref(2)+`"}` || !strings.Contains(string(doc.OneOf[0].Properties["args"]), "tmdb_id")) {
+			t.Errorf("format branches' args: %s, %s", doc.OneOf[2].Properties["args"], doc.OneOf[0].Properties["args"])
+		}
 	}
 
 	full := compileRaw(t, u.Schema())
+	format := compileRaw(t, u.Format()) // its references resolve, to the same args
 	for _, tc := range []struct {
 		reply string
 		ok    bool
@@ -84,9 +95,10 @@ func TestBatchBranch(t *testing.T) {
 		{`{"thought":"a","calls":[{"action":"sonarr_queue","args":{}},{"action":"sonarr_queue","args":{}},{"action":"sonarr_queue","args":{}},{"action":"sonarr_queue","args":{}}]}`, false},
 	} {
 		err := validate(t, full, tc.reply)
+		ferr := validate(t, format, tc.reply)
 		_, derr := u.Decode(tc.reply)
-		if (err == nil) != tc.ok || (derr == nil) != tc.ok {
-			t.Errorf("%s: whole union %v, Decode %v; want ok=%v", tc.reply, err, derr, tc.ok)
+		if (err == nil) != tc.ok || (derr == nil) != tc.ok || (ferr == nil) != tc.ok {
+			t.Errorf("%s: whole union %v, format %v, Decode %v; want ok=%v", tc.reply, err, ferr, derr, tc.ok)
 		}
 	}
 }
@@ -182,7 +194,7 @@ func TestBatchCache(t *testing.T) {
 // ../shared/tools/s2g): a format it refuses fails every chat request.
 func TestBatchFormatConverts(t *testing.T) {
 	s2g := s2gPath(t)
-	tools := benchTools(t)
+	tools := append(benchTools(t), tool("zz_refs", `{"type":"object","$defs":{"id":{"type":"integer","minimum":1}},"properties":{"ids":{"type":"array","items":{"$ref":"#/$defs/id"}}},"required":["ids"],"additionalProperties":false}`))
 	for _, b := range []Batch{{}, {Max: 3, Solo: []string{tools[0].Name}}} {
 		u, err := NewBatchUnion(tools, b)
 		if err != nil {
@@ -190,10 +202,17 @@ func TestBatchFormatConverts(t *testing.T) {
 		}
 		cmd := exec.Command(s2g)
 		cmd.Stdin = bytes.NewReader(u.Format())
-		out, err := cmd.CombinedOutput()
+		out, err := cmd.Output()
 		if err != nil {
 			t.Errorf("batch %+v: the converter refuses the format: %v\n%s", b, err, out)
+			continue
 		}
+		// Ollama converts into a buffer of four times the format's size
+		// (32 KiB to 1 MiB) and refuses a grammar that does not fit.
+		if limit := max(32<<10, min(1<<20, 4*len(u.Format()))); len(out) >= limit {
+			t.Errorf("batch %+v: the grammar has %d bytes, over Ollama's buffer of %d", b, len(out), limit)
+		}
+		t.Logf("batch %+v: format %d bytes, grammar %d bytes", b, len(u.Format()), len(out))
 	}
 }
 
