@@ -209,6 +209,17 @@ func (p *turnPrinter) event(ev event) {
 	}
 	switch e.Type {
 	case loop.EventModelReply:
+		if len(e.Calls) > 0 {
+			names := make([]string, len(e.Calls))
+			for i, c := range e.Calls {
+				names[i] = c.Action + " " + oneLine(string(c.Args), resultChars/len(e.Calls))
+			}
+			p.line("step %d: %d calls at once: %s (model %s)", e.Step, len(e.Calls), strings.Join(names, "; "), e.Duration.Round(time.Millisecond))
+			if e.Thought != "" {
+				p.line("  thought: %s", e.Thought)
+			}
+			return
+		}
 		if e.Action == "" {
 			return // an invalid reply: its validation_error follows
 		}
@@ -221,12 +232,18 @@ func (p *turnPrinter) event(ev event) {
 		}
 	case loop.EventValidationError:
 		p.line("  invalid reply, asking again: %s", oneLine(strings.Join(e.Problems, "; "), resultChars))
+	case loop.EventToolRetry:
+		p.line("  %s failed, again in %s: %s", e.Action, e.Wait, oneLine(e.Error, resultChars))
 	case loop.EventToolEnd:
+		who := ""
+		if e.Batch > 0 {
+			who = fmt.Sprintf("%s (call %d of %d) ", e.Action, e.Call, e.Batch)
+		}
 		if e.Error != "" {
-			p.line("  error: %s (%s)", oneLine(e.Error, resultChars), e.Duration.Round(time.Millisecond))
+			p.line("  %serror: %s (%s)", who, oneLine(e.Error, resultChars), e.Duration.Round(time.Millisecond))
 			return
 		}
-		p.line("  result: %s (%s)", oneLine(e.Observation, resultChars), e.Duration.Round(time.Millisecond))
+		p.line("  %sresult: %s (%s)", who, oneLine(e.Observation, resultChars), e.Duration.Round(time.Millisecond))
 	}
 }
 

@@ -473,16 +473,16 @@ func costPluginsDir(b *testing.B) string {
 type costDaemon struct{ *loadDaemon }
 
 // startCostDaemon starts the shipped daemon against fake with the cost
-// plugins and default settings, and waits until it is ready (plugins started,
+// plugins and default settings (env adds to them), and waits until it is ready (plugins started,
 // model there).
-func startCostDaemon(b *testing.B, fake *ollamatest.Server) costDaemon {
+func startCostDaemon(b *testing.B, fake *ollamatest.Server, env ...string) costDaemon {
 	b.Helper()
-	d := startLoadDaemon(b, loadBinary(b), []string{
+	d := startLoadDaemon(b, loadBinary(b), append([]string{
 		"MMCP_OLLAMA_HOST=" + fake.URL,
 		"MMCP_PLUGINS_DIR=" + costPluginsDir(b),
 		"MMCP_DATA_DIR=" + b.TempDir(),
 		"MMCP_LOG_LEVEL=warn",
-	})
+	}, env...))
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + d.addr + "/readyz")
 		if err == nil {

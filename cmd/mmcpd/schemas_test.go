@@ -85,6 +85,7 @@ func TestBundledUnionFormat(t *testing.T) {
 	conv := s2g.Build(t)
 	dir, names := bundledPlugins(t)
 	var tools []schema.Tool
+	var solo []string
 	for _, n := range names {
 		d, err := describePlugin(filepath.Join(dir, plugins.FilePrefix+n))
 		if err != nil {
@@ -92,6 +93,9 @@ func TestBundledUnionFormat(t *testing.T) {
 		}
 		for _, tl := range d.Tools {
 			tools = append(tools, schema.Tool{Name: tl.Name, Description: tl.Description, Schema: tl.ArgsSchema})
+			if tl.NeedsApproval {
+				solo = append(solo, tl.Name)
+			}
 		}
 	}
 	u, err := schema.NewUnion(tools)
@@ -100,4 +104,12 @@ func TestBundledUnionFormat(t *testing.T) {
 	}
 	conv.Accepts(t, "the union of the bundled tools", u.Format())
 	t.Logf("%d bundled tools: format %d bytes, full schema %d bytes", len(tools), len(u.Format()), len(u.Schema()))
+	// With the default batch of parallel calls, the approval tools left out
+	// of it, as the daemon sends it.
+	b, err := schema.NewBatchUnion(tools, schema.Batch{Max: 3, Solo: solo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv.Accepts(t, "the union of the bundled tools with the batch branch", b.Format())
+	t.Logf("with the batch branch: format %d bytes", len(b.Format()))
 }

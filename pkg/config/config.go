@@ -47,6 +47,8 @@ type Config struct {
 	LoopMaxSteps            int           `split_words:"true" default:"5" desc:"maximum reasoning steps per request, 1 to 50"`
 	ToolTimeout             time.Duration `split_words:"true" default:"30s" desc:"timeout for one tool call, greater than 0"`
 	ToolMaxOutputChars      int           `split_words:"true" default:"4000" desc:"tool output is truncated to this many characters, at least 100"`
+	ToolRetries             int           `split_words:"true" default:"2" desc:"more calls of a tool that only reads after a transient failure (service unreachable, timeout, 429, 5xx), waiting 1s then 2s; 0 to 5"`
+	ParallelCalls           int           `split_words:"true" default:"3" desc:"most tool calls one model reply may ask for at once, 1 to 10; 1 allows one call per reply"`
 	PluginsDir              string        `split_words:"true" default:"./plugins" desc:"directory of tool plugins"`
 	DataDir                 string        `split_words:"true" default:"./data" desc:"directory for state and traces"`
 	PluginsStartTimeout     time.Duration `split_words:"true" default:"10s" desc:"time a plugin has to start, shake hands and describe itself"`
@@ -131,6 +133,8 @@ func (c Config) validate() error {
 		between("MMCP_LOOP_MAX_STEPS", c.LoopMaxSteps, 1, 50),
 		positive("MMCP_TOOL_TIMEOUT", c.ToolTimeout),
 		atLeast("MMCP_TOOL_MAX_OUTPUT_CHARS", c.ToolMaxOutputChars, 100),
+		between("MMCP_TOOL_RETRIES", c.ToolRetries, 0, 5),
+		between("MMCP_PARALLEL_CALLS", c.ParallelCalls, 1, 10),
 		nonEmpty("MMCP_PLUGINS_DIR", c.PluginsDir),
 		nonEmpty("MMCP_DATA_DIR", c.DataDir),
 		positive("MMCP_PLUGINS_START_TIMEOUT", c.PluginsStartTimeout),

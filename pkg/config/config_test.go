@@ -32,6 +32,8 @@ var documented = []struct{ name, def string }{
 	{"MMCP_LOOP_MAX_STEPS", "5"},
 	{"MMCP_TOOL_TIMEOUT", "30s"},
 	{"MMCP_TOOL_MAX_OUTPUT_CHARS", "4000"},
+	{"MMCP_TOOL_RETRIES", "2"},
+	{"MMCP_PARALLEL_CALLS", "3"},
 	{"MMCP_PLUGINS_DIR", "./plugins"},
 	{"MMCP_DATA_DIR", "./data"},
 	{"MMCP_PLUGINS_START_TIMEOUT", "10s"},
@@ -72,6 +74,8 @@ var defaults = Config{
 	LoopMaxSteps:            5,
 	ToolTimeout:             30 * time.Second,
 	ToolMaxOutputChars:      4000,
+	ToolRetries:             2,
+	ParallelCalls:           3,
 	PluginsDir:              "./plugins",
 	DataDir:                 "./data",
 	PluginsStartTimeout:     10 * time.Second,
@@ -169,6 +173,8 @@ var readCases = []struct {
 	{"MMCP_LOOP_MAX_STEPS", "012", func(c *Config) { c.LoopMaxSteps = 12 }}, // decimal, not octal
 	{"MMCP_TOOL_TIMEOUT", "2m", func(c *Config) { c.ToolTimeout = 2 * time.Minute }},
 	{"MMCP_TOOL_MAX_OUTPUT_CHARS", "800", func(c *Config) { c.ToolMaxOutputChars = 800 }},
+	{"MMCP_TOOL_RETRIES", "0", func(c *Config) { c.ToolRetries = 0 }},
+	{"MMCP_PARALLEL_CALLS", "1", func(c *Config) { c.ParallelCalls = 1 }},
 	{"MMCP_PLUGINS_DIR", "/etc/mmcpd/plugins", func(c *Config) { c.PluginsDir = "/etc/mmcpd/plugins" }},
 	{"MMCP_DATA_DIR", "/var/lib/mmcpd", func(c *Config) { c.DataDir = "/var/lib/mmcpd" }},
 	{"MMCP_PLUGINS_START_TIMEOUT", "3s", func(c *Config) { c.PluginsStartTimeout = 3 * time.Second }},
@@ -378,6 +384,8 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_TOOL_TIMEOUT", "0"},
 		{"MMCP_TOOL_TIMEOUT", "soon"},
 		{"MMCP_TOOL_MAX_OUTPUT_CHARS", "99"},
+		{"MMCP_TOOL_RETRIES", "6"},
+		{"MMCP_PARALLEL_CALLS", "0"},
 		{"MMCP_PLUGINS_DIR", ""},
 		{"MMCP_DATA_DIR", ""},
 		{"MMCP_BREAKER_FAILURES", "0"},
@@ -582,6 +590,8 @@ MMCP_LLM_RATE_LIMIT_RETRIES=3
 MMCP_LOOP_MAX_STEPS=5
 MMCP_TOOL_TIMEOUT=30s
 MMCP_TOOL_MAX_OUTPUT_CHARS=4000
+MMCP_TOOL_RETRIES=2
+MMCP_PARALLEL_CALLS=3
 MMCP_PLUGINS_DIR=./plugins
 MMCP_DATA_DIR=./data
 MMCP_PLUGINS_START_TIMEOUT=10s

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/llm"
+	"github.com/mmcpd/mmcpd/pkg/schema"
 )
 
 // Observer receives a turn's events as they happen, on the turn's goroutine.
@@ -31,6 +32,7 @@ const (
 	EventModelReply      EventType = "model_reply"
 	EventValidationError EventType = "validation_error"
 	EventToolStart       EventType = "tool_start"
+	EventToolRetry       EventType = "tool_retry" // a transient failure (Error) of attempt Attempt; again after Wait
 	EventToolEnd         EventType = "tool_end"
 	EventActionRequest   EventType = "action_request"
 	EventFinal           EventType = "final"
@@ -60,6 +62,17 @@ type Event struct {
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Usage is the model call's, on model_reply events.
 	Usage *llm.Usage `json:"usage,omitempty"`
+	// Calls are the calls a valid model_reply asked for at once (Action and
+	// Args are then empty). The tool events of such a reply carry the
+	// call's place in it (Call, from 1) and how many there are (Batch).
+	Calls []schema.Call `json:"calls,omitempty"`
+	Call  int           `json:"call,omitempty"`
+	Batch int           `json:"batch,omitempty"`
+	// Wait is how long a tool_retry waits before the next attempt.
+	Wait time.Duration `json:"wait_ns,omitempty"`
+	// Fallback marks a final answer given after every tool call of the turn
+	// failed (see Result.Fallback).
+	Fallback bool `json:"fallback,omitempty"`
 	// The prompt's sizes in characters, on context_overflow events: the
 	// system prompt, this turn's messages, and the budget they exceed.
 	SystemChars int `json:"system_chars,omitempty"`

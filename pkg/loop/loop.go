@@ -49,6 +49,10 @@ type Tool struct {
 	schema.Tool
 	// NeedsApproval means each call waits for the user's yes (see Resume).
 	NeedsApproval bool `json:"needs_approval,omitempty"`
+	// Changes means the tool changes something (adds, removes, pauses): a
+	// failed call is never tried again on its own, since the first attempt
+	// may have acted. Tools that need approval change something too.
+	Changes bool `json:"changes,omitempty"`
 	// Disabled says why the model cannot use the tool now; empty if it can.
 	Disabled string `json:"disabled,omitempty"`
 	// Kind is the kind of source the tool comes from ("plugin", "mcp").
@@ -63,6 +67,16 @@ type Config struct {
 	MaxOutputChars  int           // observation size in the window
 	ToolTimeout     time.Duration // per tool call
 	MaxToolFailures int           // failures of one tool in one turn before it leaves the turn's union
+
+	// ParallelCalls is the most tool calls one reply may ask for at once
+	// (the union's batch branch); 1 or less: one call per reply.
+	ParallelCalls int
+	// ToolRetries is how many more times a read-only tool is called after a
+	// transient failure (see Transient) before the model sees it fail.
+	ToolRetries int
+	// RetryWait is the wait before the first retry; it doubles before each
+	// further one.
+	RetryWait time.Duration
 }
 
 // DefaultConfig is the loop's configuration when the daemon's settings are
@@ -74,6 +88,9 @@ var DefaultConfig = Config{
 	MaxOutputChars:  4000,
 	ToolTimeout:     30 * time.Second,
 	MaxToolFailures: 3,
+	ParallelCalls:   3,
+	ToolRetries:     2,
+	RetryWait:       time.Second,
 }
 
 // Runner runs turns. It is safe for concurrent use by turns of different
@@ -101,6 +118,10 @@ type Result struct {
 	// Forced is set when the step limit was reached and the answer was asked
 	// for with FinalResponse as the only choice.
 	Forced bool `json:"forced,omitempty"`
+	// Fallback is set when the turn called tools and every call failed: the
+	// answer comes from the model's own knowledge, and says that the tools
+	// failed and why.
+	Fallback bool `json:"fallback,omitempty"`
 	// Pending is set, and Answer empty, when the turn stopped at a tool call
 	// that needs the user's approval. The conversation ends with that call;
 	// Resume goes on from there.
@@ -120,7 +141,9 @@ type Decision struct {
 	Approved bool
 }
 
-// Step is one decision of the model and what came of it.
+// Step is one decision of the model and what came of it. A reply that asked
+// for several calls at once is one Step per call, in the order asked, with
+// the same Number and Thought, Call its place (from 1) and Batch how many.
 type Step struct {
 	Number      int             `json:"step"`
 	Thought     string          `json:"thought"`
@@ -136,6 +159,17 @@ type Step struct {
 	Backend  string `json:"backend,omitempty"`
 	Model    string `json:"model,omitempty"`
 	Failover string `json:"failover,omitempty"`
+	Call     int    `json:"call,omitempty"`
+	Batch    int    `json:"batch,omitempty"`
+	// Attempts lists every call of the tool, when a transient failure made
+	// it more than one; the last is the one the model saw.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is one call of a tool that was tried more than once.
+type Attempt struct {
+	Error    string        `json:"error,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // InvalidReplyError is returned when the model kept replying with invalid
@@ -213,6 +247,7 @@ func (r *Runner) Resume(ctx context.Context, conv *convo.Conversation, d Decisio
 			return t.result(fmt.Errorf("approved call: %w", context.Cause(ctx)))
 		}
 		content, st.Observation, st.Error = observation(d.Tool, out, err)
+		t.record(d.Tool, err)
 		t.emit(Event{Type: EventToolEnd, Step: 1, Action: d.Tool, Observation: st.Observation, Error: st.Error, Duration: time.Since(start)})
 	} else {
 		st.Error = "the user declined this call"
@@ -278,7 +313,25 @@ type turn struct {
 	strikes  map[string]int  // tool failures in this turn
 	runtime  string          // live state from the context providers
 	approval map[string]bool // tools of this step that need the user's yes
+	changes  map[string]bool // tools of this step that change something
+	calls    int             // tool calls of this turn, after retries
+	failures []failure       // the calls of this turn that failed
 }
+
+// failure is a failed call, for the fallback's account of what went wrong.
+type failure struct{ tool, err string }
+
+// record counts a finished call (its last attempt) for the fallback.
+func (t *turn) record(tool string, err error) {
+	t.calls++
+	if err != nil {
+		t.strikes[tool]++
+		t.failures = append(t.failures, failure{tool, err.Error()})
+	}
+}
+
+// allFailed says the turn called tools and every call failed.
+func (t *turn) allFailed() bool { return t.calls > 0 && len(t.failures) == t.calls }
 
 func (t *turn) result(err error) (*Result, error) {
 	if err != nil {
@@ -308,9 +361,10 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 	if d.Final() {
 		t.conv.Append(convo.Message{Role: convo.Assistant, Content: string(reply)})
 		t.res.Answer = d.Answer()
+		t.res.Fallback = t.allFailed()
 		st.Duration = time.Since(start)
 		t.res.Steps = append(t.res.Steps, st)
-		t.emit(Event{Type: EventFinal, Step: n, Thought: d.Thought, Answer: t.res.Answer})
+		t.emit(Event{Type: EventFinal, Step: n, Thought: d.Thought, Answer: t.res.Answer, Fallback: t.res.Fallback})
 		t.logStep(ctx, st, modelTime, 0)
 		return true, nil
 	}
@@ -327,27 +381,150 @@ func (t *turn) step(ctx context.Context, n int, final bool) (bool, error) {
 		return true, nil
 	}
 
-	t.emit(Event{Type: EventToolStart, Step: n, Action: d.Action, Args: d.Args})
-	callStart := time.Now()
-	out, callErr := t.call(ctx, d.Action, d.Args)
-	callTime := time.Since(callStart)
+	calls, batch := d.Calls, len(d.Calls) > 0
+	if !batch {
+		calls = []schema.Call{{Action: d.Action, Args: d.Args}}
+	}
+	outs := t.runCalls(ctx, n, calls, batch)
 	if ctx.Err() != nil {
 		return false, fmt.Errorf("step %d: %w", n, context.Cause(ctx))
 	}
-	var content string
-	content, st.Observation, st.Error = observation(d.Action, out, callErr)
-	if callErr != nil {
-		t.strikes[d.Action]++
+	// The results go into the conversation in the order asked, whatever
+	// order they came in: each its own observation, after the one reply.
+	msgs := []convo.Message{{Role: convo.Assistant, Content: string(reply), Tool: d.Action}}
+	for i, o := range outs {
+		s := st
+		s.Action, s.Args = calls[i].Action, calls[i].Args
+		if batch {
+			s.Call, s.Batch = i+1, len(calls)
+		}
+		var content string
+		content, s.Observation, s.Error = observation(o.label, o.out, o.err)
+		if len(o.attempts) > 1 {
+			s.Attempts = o.attempts
+		}
+		t.record(s.Action, o.err)
+		msgs = append(msgs, convo.Message{Role: convo.Observation, Content: content, Tool: s.Action})
+		s.Duration = o.end.Sub(start)
+		t.res.Steps = append(t.res.Steps, s)
+		t.logStep(ctx, s, modelTime, o.took)
 	}
-	t.conv.Append(
-		convo.Message{Role: convo.Assistant, Content: string(reply), Tool: d.Action},
-		convo.Message{Role: convo.Observation, Content: content, Tool: d.Action},
-	)
-	st.Duration = time.Since(start)
-	t.res.Steps = append(t.res.Steps, st)
-	t.emit(Event{Type: EventToolEnd, Step: n, Action: d.Action, Observation: st.Observation, Error: st.Error, Duration: callTime})
-	t.logStep(ctx, st, modelTime, callTime)
+	t.conv.Append(msgs...)
 	return false, nil
+}
+
+// outcome is what came of one call of a step, retries included.
+type outcome struct {
+	label    string // the tool, and its place in a batch: "tmdb_search (call 2 of 3)"
+	out      string
+	err      error
+	attempts []Attempt
+	took     time.Duration // from the first attempt to the last one's end
+	end      time.Time
+}
+
+// runCalls runs a step's calls, all at once, each with its own deadline (and
+// the tool's breaker, in Tools), and returns their outcomes in the order
+// asked. Events are emitted here, on the turn's goroutine: tool_start for
+// each call in order, then tool_retry and tool_end as the calls report them.
+func (t *turn) runCalls(ctx context.Context, n int, calls []schema.Call, batch bool) []outcome {
+	outs := make([]outcome, len(calls))
+	place := func(i int) (call, of int) {
+		if !batch {
+			return 0, 0
+		}
+		return i + 1, len(calls)
+	}
+	type report struct {
+		i     int
+		retry *Event // nil: the call is over
+	}
+	reports := make(chan report)
+	for i, c := range calls {
+		call, of := place(i)
+		outs[i].label = c.Action
+		if batch {
+			outs[i].label = fmt.Sprintf("%s (call %d of %d)", c.Action, call, of)
+		}
+		t.emit(Event{Type: EventToolStart, Step: n, Action: c.Action, Args: c.Args, Call: call, Batch: of})
+	}
+	for i, c := range calls {
+		retry := t.retryable(c.Action)
+		go func() {
+			o := &outs[i]
+			start := time.Now()
+			o.out, o.err, o.attempts = t.attempts(ctx, c.Action, c.Args, retry, func(e Event) { reports <- report{i, &e} })
+			o.end = time.Now()
+			o.took = o.end.Sub(start)
+			reports <- report{i: i}
+		}()
+	}
+	for left := len(calls); left > 0; {
+		r := <-reports
+		call, of := place(r.i)
+		if r.retry != nil {
+			r.retry.Step, r.retry.Call, r.retry.Batch = n, call, of
+			t.emit(*r.retry)
+			continue
+		}
+		left--
+		o := outs[r.i]
+		_, result, errText := observation(o.label, o.out, o.err)
+		t.emit(Event{Type: EventToolEnd, Step: n, Action: calls[r.i].Action, Observation: result, Error: errText, Duration: o.took, Call: call, Batch: of})
+	}
+	return outs
+}
+
+// retryable says whether a transient failure of the tool may be tried again:
+// only a tool that changes nothing, since a first attempt that failed may
+// still have acted.
+func (t *turn) retryable(tool string) bool {
+	return t.Config.ToolRetries > 0 && !t.approval[tool] && !t.changes[tool]
+}
+
+// Transient is what a tool error implements when trying again later may
+// succeed (a service that answered 503, a connection refused): the plugin
+// host's errors carry it from the plugin protocol.
+type Transient interface{ Transient() bool }
+
+func isTransient(err error) bool {
+	var tr Transient
+	return errors.As(err, &tr) && tr.Transient()
+}
+
+// attempts calls a tool, and again after a transient failure when retry
+// allows, at most ToolRetries more times, waiting RetryWait, then twice as
+// long each time. A wait that the turn's deadline would cut short is not
+// begun, and cancellation ends it. notify gets a tool_retry event before
+// each wait. It returns the last attempt's result and, when there was more
+// than one, every attempt.
+func (t *turn) attempts(ctx context.Context, tool string, args json.RawMessage, retry bool, notify func(Event)) (string, error, []Attempt) {
+	var tries []Attempt
+	wait := t.Config.RetryWait
+	for n := 1; ; n++ {
+		start := time.Now()
+		out, err := t.call(ctx, tool, args)
+		a := Attempt{Duration: time.Since(start)}
+		if err != nil {
+			a.Error = err.Error()
+		}
+		tries = append(tries, a)
+		if err == nil || !retry || n > t.Config.ToolRetries || !isTransient(err) || ctx.Err() != nil {
+			return out, err, tries
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return out, err, tries
+		}
+		notify(Event{Type: EventToolRetry, Action: tool, Attempt: n, Error: a.Error, Wait: wait})
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return out, err, tries
+		case <-timer.C:
+		}
+		wait *= 2
+	}
 }
 
 // decide calls the model until it gives a valid decision, re-asking with the
@@ -374,7 +551,7 @@ func (t *turn) decide(ctx context.Context, n int, p *prompt) (schema.Decision, i
 		// decided (nothing, when the reply is invalid).
 		d, err := decodeSafely(p.union, reply.Content)
 		pv.end(err == nil)
-		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Duration: took, Usage: &reply.Usage})
+		t.emit(Event{Type: EventModelReply, Step: n, Attempt: attempt, Thought: d.Thought, Action: d.Action, Args: d.Args, Calls: d.Calls, Duration: took, Usage: &reply.Usage})
 		if err == nil {
 			return d, attempt, modelTime, who, nil
 		}
@@ -536,10 +713,14 @@ func (r *Runner) Catalog() []Tool {
 // Union returns the reply schema a turn starting now would use.
 func (r *Runner) Union() (*schema.Union, error) {
 	var tools []schema.Tool
+	var solo []string
 	for _, t := range r.Catalog() {
 		if t.Disabled == "" {
 			tools = append(tools, t.Tool)
+			if t.NeedsApproval {
+				solo = append(solo, t.Name)
+			}
 		}
 	}
-	return r.unions.Union(tools)
+	return r.unions.BatchUnion(tools, schema.Batch{Max: r.Config.ParallelCalls, Solo: solo})
 }

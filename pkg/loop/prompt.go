@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -59,6 +60,7 @@ type toolSet struct {
 	usable   []schema.Tool // the union's
 	listed   []schema.Tool // the catalogue: usable now or at a step before
 	approval []string      // listed tools that ask the user first
+	solo     []string      // usable tools that ask the user first: never in a batch
 	never    []Tool        // never usable yet, with why: in the system prompt
 	down     []Tool        // listed, not usable now, with why: in the tail
 }
@@ -88,14 +90,22 @@ func (t *turn) sortTools() toolSet {
 	if t.approval == nil {
 		t.approval = map[string]bool{}
 	}
+	if t.changes == nil {
+		t.changes = map[string]bool{}
+	}
+	clear(t.changes)
 	for _, tl := range t.Tools.Tools() {
 		t.approval[tl.Name] = tl.NeedsApproval
+		t.changes[tl.Name] = tl.Changes || tl.NeedsApproval
 		if tl.Disabled == "" && t.strikes[tl.Name] >= t.Config.MaxToolFailures {
 			tl.Disabled = fmt.Sprintf("failed %d times in this turn", t.strikes[tl.Name])
 		}
 		if tl.Disabled == "" {
 			ts.usable = append(ts.usable, tl.Tool)
 			t.seen.names[tl.Name] = true
+			if tl.NeedsApproval {
+				ts.solo = append(ts.solo, tl.Name)
+			}
 		}
 		switch {
 		case !t.seen.names[tl.Name]:
@@ -120,16 +130,31 @@ func (t *turn) prompt(ctx context.Context, final bool) (*prompt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the tool catalogue: %w", err)
 	}
+	// Every call failed and nothing is left to try, or the steps are used
+	// up: the model answers from what it knows, and says why the tools
+	// could not help.
+	fallback := t.allFailed() && (final || len(ts.usable) == 0)
 	if final {
 		ts.usable, ts.down = nil, nil
 	}
-	u, err := t.unions.Union(ts.usable)
+	u, err := t.unions.BatchUnion(ts.usable, schema.Batch{Max: t.Config.ParallelCalls, Solo: ts.solo})
 	if err != nil {
 		return nil, fmt.Errorf("building the reply schema: %w", err)
 	}
+	parallel := t.Config.ParallelCalls
+	if len(ts.listed) == len(ts.approval) {
+		parallel = 0 // no tool could be in a batch: no word of it
+	}
+	nudge := ""
+	switch {
+	case fallback:
+		nudge = fallbackNudge(t.failures)
+	case final:
+		nudge = finalNudge
+	}
 	p := &prompt{
-		system: systemPrompt(catalogue.Docs(), ts.approval, ts.never, t.Config.MaxSteps),
-		tail:   tail(t.runtime, ts.down, final),
+		system: systemPrompt(catalogue.Docs(), ts.approval, ts.never, t.Config.MaxSteps, parallel),
+		tail:   tail(t.runtime, ts.down, nudge),
 		union:  u,
 		budget: t.Config.MaxContextChars,
 	}
@@ -210,14 +235,42 @@ Rules:
 
 const finalNudge = `You have used every step this turn allows. Reply now with the action final_response: give the best answer you can from what you already know, and say what you could not finish.`
 
+// fallbackNudge asks for the answer when every tool call of the turn failed:
+// from the model's own knowledge, saying which tools failed and why.
+func fallbackNudge(failures []failure) string {
+	var b strings.Builder
+	b.WriteString("Every tool call in this turn failed:\n")
+	seen := map[failure]bool{}
+	for _, f := range failures {
+		f.err = convo.Cut(strings.Join(strings.Fields(f.err), " "), maxFailureChars)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		fmt.Fprintf(&b, "- %s: %s\n", f.tool, f.err)
+	}
+	b.WriteString(`Reply now with the action final_response: answer from your own knowledge as well as you can, and tell the user that the tools failed and why.`)
+	return b.String()
+}
+
+// maxFailureChars bounds each failure in the fallback's request: the whole
+// error is in the conversation already.
+const maxFailureChars = 300
+
+// parallelRule tells the model about the batch branch, when there is one.
+const parallelRule = "\n- To run up to %d independent tool calls at once, reply {\"thought\": ..., \"calls\": [{\"action\": ..., \"args\": {...}}, ...]} instead of action and args; each result comes back in its own message. Call alone the actions that ask the user first."
+
 // systemPrompt assembles the system message: who the model is, the rules of
 // the envelope, the catalogue's actions with their arguments (docs), which
 // ask first, and the tools never usable yet, with why. Nothing in it changes
 // from step to step or turn to turn while the tool set stays.
-func systemPrompt(docs string, approval []string, never []Tool, maxSteps int) string {
+func systemPrompt(docs string, approval []string, never []Tool, maxSteps, parallel int) string {
 	var b strings.Builder
 	b.Grow(len(identity) + len(docs) + 512)
 	b.WriteString(identity)
+	if parallel > 1 {
+		fmt.Fprintf(&b, parallelRule, parallel)
+	}
 	fmt.Fprintf(&b, "\n- At most %d tool steps per question.\n\nActions:\n", maxSteps)
 	b.WriteString(docs)
 	if len(approval) > 0 {
@@ -235,9 +288,10 @@ func systemPrompt(docs string, approval []string, never []Tool, maxSteps int) st
 }
 
 // tail assembles what changes between calls: the live state of this turn,
-// the catalogue's tools unavailable now, and on the forced last step the
-// request for an answer. Empty when there is none of these.
-func tail(runtime string, down []Tool, final bool) string {
+// the catalogue's tools unavailable now, and the request for an answer
+// (nudge) on the forced last step or when every tool call failed. Empty when
+// there is none of these.
+func tail(runtime string, down []Tool, nudge string) string {
 	var parts []string
 	if runtime != "" {
 		parts = append(parts, "Runtime context (live state when this question was asked):\n"+strings.TrimRight(runtime, "\n"))
@@ -248,8 +302,8 @@ func tail(runtime string, down []Tool, final bool) string {
 		writeTools(&b, down)
 		parts = append(parts, strings.TrimRight(b.String(), "\n"))
 	}
-	if final {
-		parts = append(parts, finalNudge)
+	if nudge != "" {
+		parts = append(parts, nudge)
 	}
 	return strings.Join(parts, "\n\n")
 }
@@ -275,6 +329,10 @@ func correction(e *schema.ReplyError) string {
 		b.WriteString("- ")
 		b.WriteString(p)
 		b.WriteByte('\n')
+	}
+	if slices.ContainsFunc(e.Problems, func(p string) bool { return strings.HasPrefix(p, "calls") }) {
+		b.WriteString(`Reply again with one JSON object {"thought": ..., "calls": [{"action": ..., "args": {...}}, ...]} (or {"thought": ..., "action": ..., "args": {...}} for one call) that fixes these problems, and nothing else.`)
+		return b.String()
 	}
 	b.WriteString(`Reply again with one JSON object {"thought": ..., "action": ..., "args": {...}} that fixes these problems, and nothing else.`)
 	return b.String()

@@ -459,7 +459,7 @@ func (h *Host) Tools() []loop.Tool {
 		if e.plugin.mcp != nil {
 			kind = KindMCP
 		}
-		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Disabled: h.disabled(e), Kind: kind})
+		out = append(out, loop.Tool{Tool: e.tool, NeedsApproval: e.needsApproval, Changes: e.spec.GetChanges(), Disabled: h.disabled(e), Kind: kind})
 		if len(e.clash) <= 1 && !slices.Contains(listed, e.plugin) {
 			listed = append(listed, e.plugin)
 		}
@@ -509,9 +509,16 @@ func clashReason(tool string, plugins []string) string {
 
 // toolError is an error the tool itself reported: a result, not a failure of
 // the plugin, so the breaker does not count it.
-type toolError struct{ msg string }
+type toolError struct {
+	msg       string
+	transient bool // the plugin says a later call may succeed
+}
 
 func (e *toolError) Error() string { return e.msg }
+
+// Transient implements loop.Transient: the loop calls a read-only tool again
+// after such an error.
+func (e *toolError) Transient() bool { return e.transient }
 
 // IsToolError reports whether err is an error a tool returned on purpose.
 func IsToolError(err error) bool {
@@ -582,7 +589,7 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 		if resp.Error != "" {
 			// Not proof either way: "not found" came from the service,
 			// "cannot reach it" from the plugin alone.
-			return "", &toolError{msg: oneLine(resp.Error)}
+			return "", &toolError{msg: oneLine(resp.Error), transient: resp.GetTransient()}
 		}
 		h.reachable(m, "call")
 		return cutResult(resp.Result), nil

@@ -25,6 +25,7 @@ type ToolInfo struct {
 	Name          string `json:"name"`
 	Description   string `json:"description"`
 	NeedsApproval bool   `json:"needs_approval,omitempty"`
+	Changes       bool   `json:"changes,omitempty"` // never retried on its own
 	TimeoutMs     int64  `json:"timeout_ms,omitempty"`
 	Breaker       string `json:"breaker"`
 	Disabled      string `json:"disabled,omitempty"`
@@ -82,7 +83,7 @@ func (h *Host) Plugins() []Info {
 				info.Contexts = append(info.Contexts, c.Key)
 			}
 			for _, t := range desc.Tools {
-				ti := ToolInfo{Name: t.Name, Description: t.Description, NeedsApproval: t.NeedsApproval, TimeoutMs: t.TimeoutMs}
+				ti := ToolInfo{Name: t.Name, Description: t.Description, NeedsApproval: t.NeedsApproval, Changes: t.Changes || t.NeedsApproval, TimeoutMs: t.TimeoutMs}
 				e, ok := owner[t.Name]
 				switch {
 				case refused[t.Name] != "":
@@ -97,6 +98,7 @@ func (h *Host) Plugins() []Info {
 					ti.Breaker = h.opts.Breakers.State(t.Name)
 					ti.Disabled = h.disabled(e)
 					ti.NeedsApproval = e.needsApproval
+					ti.Changes = ti.Changes || e.needsApproval
 				}
 				info.Tools = append(info.Tools, ti)
 			}

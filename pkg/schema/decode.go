@@ -25,11 +25,13 @@ const maxThought = 1000
 const MaxReplyBytes = 256 << 10
 
 // Decision is a valid reply: the model's reasoning, the action it chose, and
-// that action's arguments (valid against its schema).
+// that action's arguments (valid against its schema); or, for a batch reply,
+// the calls it asks for at once (Action and Args empty, see batch.go).
 type Decision struct {
 	Thought string          `json:"thought"`
-	Action  string          `json:"action"`
-	Args    json.RawMessage `json:"args"`
+	Action  string          `json:"action,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Calls   []Call          `json:"calls,omitempty"`
 }
 
 // Final reports whether the decision ends the turn.
@@ -67,6 +69,9 @@ func (u *Union) Decode(reply string) (Decision, error) {
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &env); err != nil {
 		return Decision{}, problem("reply: invalid JSON: %v", err)
+	}
+	if _, batch := env["calls"]; batch && u.batch != nil {
+		return u.decodeBatch(env)
 	}
 
 	var probs []string

@@ -23,6 +23,8 @@ type Union struct {
 	format  []byte // the copy for Ollama's grammar converter
 	docs    string // the tool list for the system prompt
 	listing string // "a, b, final_response": for error messages
+
+	batch *batchSpec // nil: no batch branch (see batch.go)
 }
 
 // NewUnion builds and compiles the union of FinalResponse and tools. A tool
@@ -222,6 +224,7 @@ type Cache struct {
 
 type cached struct {
 	tools []Tool
+	batch string // Batch.key
 	u     *Union
 	err   error
 }
@@ -230,7 +233,11 @@ type cached struct {
 const maxCached = 64
 
 // Union returns the compiled union for tools, building it on first use.
-func (c *Cache) Union(tools []Tool) (*Union, error) {
+func (c *Cache) Union(tools []Tool) (*Union, error) { return c.BatchUnion(tools, Batch{}) }
+
+// BatchUnion returns the compiled union for tools with the batch branch b
+// describes (see NewBatchUnion), building it on first use.
+func (c *Cache) BatchUnion(tools []Tool, b Batch) (*Union, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -247,15 +254,17 @@ func (c *Cache) Union(tools []Tool) (*Union, error) {
 		h.Write(t.Schema)
 		h.WriteByte(0)
 	}
+	bk := b.key()
+	h.WriteString(bk)
 	key := h.Sum64()
-	if e, ok := c.entries[key]; ok && sameTools(e.tools, tools) {
+	if e, ok := c.entries[key]; ok && sameTools(e.tools, tools) && e.batch == bk {
 		return e.u, e.err
 	}
-	u, err := NewUnion(tools)
+	u, err := NewBatchUnion(tools, b)
 	if len(c.entries) >= maxCached {
 		clear(c.entries)
 	}
-	c.entries[key] = cached{tools: slices.Clone(tools), u: u, err: err}
+	c.entries[key] = cached{tools: slices.Clone(tools), batch: bk, u: u, err: err}
 	return u, err
 }
 

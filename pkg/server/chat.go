@@ -39,6 +39,7 @@ type ChatResponse struct {
 	TraceID   string    `json:"trace_id"`
 	Answer    string    `json:"answer,omitempty"`
 	Forced    bool      `json:"forced,omitempty"`
+	Fallback  bool      `json:"fallback,omitempty"` // every tool call of the turn failed
 	Steps     []Step    `json:"steps"`
 	Usage     llm.Usage `json:"usage"`
 	ActionRequest
@@ -294,7 +295,7 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, out *output, ses
 		out.turnFailed(runErr)
 		return
 	}
-	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Steps: res.Steps, Usage: res.Usage}
+	resp := ChatResponse{Type: TypeAnswer, SessionID: session, TraceID: res.TraceID, Answer: res.Answer, Forced: res.Forced, Fallback: res.Fallback, Steps: res.Steps, Usage: res.Usage}
 	if a != nil {
 		p := res.Pending
 		resp.Type = TypeActionRequest

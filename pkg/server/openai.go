@@ -566,7 +566,7 @@ const resultChars = 200
 func reasoning(e loop.Event) string {
 	switch e.Type {
 	case loop.EventModelReply:
-		if e.Action == "" || strings.TrimSpace(e.Thought) == "" {
+		if (e.Action == "" && len(e.Calls) == 0) || strings.TrimSpace(e.Thought) == "" {
 			return "" // an invalid reply: its validation_error tells
 		}
 		return fmt.Sprintf("Step %d: %s\n\n", e.Step, strings.TrimSpace(e.Thought))
@@ -574,6 +574,8 @@ func reasoning(e loop.Event) string {
 		return fmt.Sprintf("Step %d: the reply was not valid, asking again: %s\n\n", e.Step, codeSpan(strings.Join(e.Problems, "; ")))
 	case loop.EventToolStart:
 		return fmt.Sprintf("Calling %s %s\n\n", codeSpan(e.Action), codeSpan(string(e.Args)))
+	case loop.EventToolRetry:
+		return fmt.Sprintf("Failed, trying %s again in %s: %s\n\n", codeSpan(e.Action), e.Wait, codeSpan(e.Error))
 	case loop.EventToolEnd:
 		if e.Error != "" {
 			return "Failed: " + codeSpan(e.Error) + "\n\n"

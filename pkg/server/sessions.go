@@ -102,9 +102,14 @@ func turnView(t store.Turn) TurnView {
 			if json.Unmarshal([]byte(m.Content), &d) != nil {
 				continue
 			}
-			if d.Final() {
+			switch {
+			case d.Final():
 				v.Items = append(v.Items, Item{Type: "assistant", Content: d.Answer(), Thought: d.Thought})
-			} else {
+			case len(d.Calls) > 0: // calls asked for at once: one item each
+				for _, c := range d.Calls {
+					v.Items = append(v.Items, Item{Type: "tool_call", Tool: c.Action, Args: c.Args, Thought: d.Thought})
+				}
+			default:
 				v.Items = append(v.Items, Item{Type: "tool_call", Tool: d.Action, Args: d.Args, Thought: d.Thought})
 			}
 		case convo.Observation:

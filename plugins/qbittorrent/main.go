@@ -43,9 +43,9 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	sdk.Tool(p, "qbittorrent_list", "List qBittorrent's torrents with state, progress, speeds, ETA, size and category", q.list)
 	// Adding needs no approval, as transmission_add: the user asked for that
 	// exact torrent, and qbittorrent_remove (which does) takes it back.
-	sdk.Tool(p, "qbittorrent_add", "Add a torrent to qBittorrent from a magnet link or the http(s) URL of a .torrent file", q.add)
-	sdk.Tool(p, "qbittorrent_pause", "Pause torrents in qBittorrent", q.pause)
-	sdk.Tool(p, "qbittorrent_resume", "Resume paused torrents in qBittorrent", q.resume)
+	sdk.Tool(p, "qbittorrent_add", "Add a torrent to qBittorrent from a magnet link or the http(s) URL of a .torrent file", q.add, sdk.Changes())
+	sdk.Tool(p, "qbittorrent_pause", "Pause torrents in qBittorrent", q.pause, sdk.Changes())
+	sdk.Tool(p, "qbittorrent_resume", "Resume paused torrents in qBittorrent", q.resume, sdk.Changes())
 	sdk.Tool(p, "qbittorrent_remove", "Remove torrents from qBittorrent and optionally delete their downloaded files", q.remove, sdk.NeedsApproval())
 	sdk.Tool(p, "qbittorrent_transfer", "qBittorrent's global transfer state: download and upload speed, data moved this session, speed limits and connection status", q.transfer)
 	p.Context("downloads", "What qBittorrent is downloading and seeding right now", q.downloads)

@@ -40,9 +40,9 @@ func newPlugin(timeout time.Duration) *sdk.Plugin {
 	t := &transmission{rpc: rpc, err: err}
 
 	sdk.Tool(p, "transmission_list", "List Transmission's torrents with progress, speed, ETA and status", t.list)
-	sdk.Tool(p, "transmission_add", "Add a torrent to Transmission from a magnet link or the http(s) URL of a .torrent file", t.add)
-	sdk.Tool(p, "transmission_pause", "Pause (stop) torrents in Transmission", t.pause)
-	sdk.Tool(p, "transmission_resume", "Resume (start) paused torrents in Transmission", t.resume)
+	sdk.Tool(p, "transmission_add", "Add a torrent to Transmission from a magnet link or the http(s) URL of a .torrent file", t.add, sdk.Changes())
+	sdk.Tool(p, "transmission_pause", "Pause (stop) torrents in Transmission", t.pause, sdk.Changes())
+	sdk.Tool(p, "transmission_resume", "Resume (start) paused torrents in Transmission", t.resume, sdk.Changes())
 	sdk.Tool(p, "transmission_remove", "Remove torrents from Transmission and optionally delete their downloaded data", t.remove, sdk.NeedsApproval())
 	p.Context("downloads", "What Transmission is downloading and seeding right now", t.downloads)
 	p.Health(t.health)

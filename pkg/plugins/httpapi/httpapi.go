@@ -21,15 +21,29 @@ import (
 )
 
 // Kinds of failure, for errors.Is. Every error a Client returns wraps one.
+// The transient ones (an unreachable service, a timeout, 429, 5xx) say so
+// through a Transient() bool method, which the plugin SDK carries to the
+// host: a tool that changes nothing is then called again a little later.
 var (
-	ErrUnreachable = errors.New("service unreachable")
-	ErrAuth        = errors.New("credentials refused")
-	ErrNotFound    = errors.New("not found")
-	ErrConflict    = errors.New("conflict")
-	ErrRateLimited = errors.New("rate limited")
-	ErrService     = errors.New("service error")
-	ErrBadResponse = errors.New("unexpected response")
+	ErrUnreachable error = &kind{"service unreachable", true}
+	ErrAuth        error = &kind{"credentials refused", false}
+	ErrNotFound    error = &kind{"not found", false}
+	ErrConflict    error = &kind{"conflict", false}
+	ErrRateLimited error = &kind{"rate limited", true}
+	ErrService     error = &kind{"service error", true}
+	ErrBadResponse error = &kind{"unexpected response", false}
 )
+
+// kind is a kind of failure; compared by identity, as errors.New's are.
+type kind struct {
+	msg       string
+	transient bool
+}
+
+func (k *kind) Error() string { return k.msg }
+
+// Transient says whether the failure may pass on a later call.
+func (k *kind) Transient() bool { return k.transient }
 
 // MaxResponseBytes bounds a response body: a plugin hands the model a
 // summary, never a dump.

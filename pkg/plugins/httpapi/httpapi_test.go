@@ -125,3 +125,34 @@ func TestText(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+// TestTransientKinds: what may pass on a later call says so (a Transient()
+// method the plugin SDK reads): 5xx, 429, a timeout, an unreachable
+// service; the rest does not.
+func TestTransientKinds(t *testing.T) {
+	transient := func(err error) bool {
+		var tr interface{ Transient() bool }
+		return errors.As(err, &tr) && tr.Transient()
+	}
+	for status, want := range map[int]bool{500: true, 502: true, 503: true, 429: true, 404: false, 401: false, 409: false, 400: false} {
+		c := client(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) })
+		if err := c.Get(context.Background(), "/x", nil, nil); err == nil || transient(err) != want {
+			t.Errorf("%d: %v, transient %v", status, err, transient(err))
+		}
+	}
+	slow := client(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(200 * time.Millisecond) })
+	slow.HTTP.Timeout = 50 * time.Millisecond
+	if err := slow.Get(context.Background(), "/x", nil, nil); !transient(err) {
+		t.Errorf("timeout: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, _ := httpapi.New("Radarr", "http://"+addr, "MMCP_PLUGIN_RADARR_URL", time.Second)
+	if err := c.Get(context.Background(), "/x", nil, nil); !transient(err) || !errors.Is(err, httpapi.ErrUnreachable) {
+		t.Errorf("unreachable: %v", err)
+	}
+}

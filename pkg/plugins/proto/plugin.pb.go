@@ -174,7 +174,12 @@ type Tool struct {
 	NeedsApproval bool `protobuf:"varint,4,opt,name=needs_approval,json=needsApproval,proto3" json:"needs_approval,omitempty"`
 	// The tool's own timeout in milliseconds; 0 means the daemon's. The daemon
 	// never waits longer than its own limit.
-	TimeoutMs     int64 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The tool changes something (adds, removes, pauses): the daemon never
+	// calls it again on its own after a failure, transient or not, since the
+	// failed call may have acted. A tool with needs_approval changes something
+	// whatever this says. Absent (false): the tool only reads.
+	Changes       bool `protobuf:"varint,6,opt,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +247,13 @@ func (x *Tool) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *Tool) GetChanges() bool {
+	if x != nil {
+		return x.Changes
+	}
+	return false
 }
 
 type Setting struct {
@@ -461,7 +473,13 @@ type CallResponse struct {
 	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	// A tool error: a one-line message for the model and the user. Set instead
 	// of result. Transport and crash errors are gRPC errors, not this.
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The error may pass if the call is made again a little later: the
+	// service was unreachable, timed out, answered 429 or 5xx. The daemon
+	// then calls a tool that changes nothing up to twice more (after 1 s,
+	// then 2 s) before the model sees the error. Absent (false): the error
+	// stands, e.g. "not found" or refused credentials.
+	Transient     bool `protobuf:"varint,3,opt,name=transient,proto3" json:"transient,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,6 +526,13 @@ func (x *CallResponse) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *CallResponse) GetTransient() bool {
+	if x != nil {
+		return x.Transient
+	}
+	return false
 }
 
 type ContextRequest struct {
@@ -703,7 +728,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\bcontexts\x18\x05 \x03(\v2\x1f.mmcp.plugin.v1.ContextProviderR\bcontexts\x12)\n" +
 	"\x10setting_problems\x18\x06 \x03(\tR\x0fsettingProblems\x12\x1d\n" +
 	"\n" +
-	"has_health\x18\a \x01(\bR\thasHealth\"\xa3\x01\n" +
+	"has_health\x18\a \x01(\bR\thasHealth\"\xbd\x01\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1f\n" +
@@ -711,7 +736,8 @@ const file_plugin_proto_rawDesc = "" +
 	"argsSchema\x12%\n" +
 	"\x0eneeds_approval\x18\x04 \x01(\bR\rneedsApproval\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\"\x8b\x01\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x18\n" +
+	"\achanges\x18\x06 \x01(\bR\achanges\"\x8b\x01\n" +
 	"\aSetting\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1a\n" +
@@ -727,10 +753,11 @@ const file_plugin_proto_rawDesc = "" +
 	"\btrace_id\x18\x03 \x01(\tR\atraceId\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12(\n" +
-	"\x10max_result_bytes\x18\x05 \x01(\x03R\x0emaxResultBytes\"<\n" +
+	"\x10max_result_bytes\x18\x05 \x01(\x03R\x0emaxResultBytes\"Z\n" +
 	"\fCallResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\"\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1c\n" +
+	"\ttransient\x18\x03 \x01(\bR\ttransient\"\"\n" +
 	"\x0eContextRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"%\n" +
 	"\x0fContextResponse\x12\x12\n" +

@@ -61,6 +61,7 @@ type tool struct {
 	schema            json.RawMessage
 	compiled          *schema.ArgsSchema
 	needsApproval     bool
+	changes           bool
 	timeout           time.Duration
 	run               func(ctx context.Context, args json.RawMessage) ([]byte, error)
 }
@@ -122,6 +123,39 @@ type ToolOption func(*tool) error
 // change something outside (add a download, delete a file).
 func NeedsApproval() ToolOption {
 	return func(t *tool) error { t.needsApproval = true; return nil }
+}
+
+// Changes declares that the tool changes something (pauses a torrent, starts
+// a search) without asking the user first: the host then never calls it
+// again on its own after a transient failure, since the failed call may have
+// acted. NeedsApproval implies it.
+func Changes() ToolOption {
+	return func(t *tool) error { t.changes = true; return nil }
+}
+
+// Transient marks err as one that may pass if the call is made again a
+// little later (the service was unreachable, timed out, answered 429 or
+// 5xx): the host calls a tool that changes nothing up to twice more before
+// the model sees the error. Any error that has a Transient() bool method
+// returning true counts the same (pkg/plugins/httpapi's do); Transient(nil)
+// is nil.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return transientError{err}
+}
+
+type transientError struct{ error }
+
+func (e transientError) Unwrap() error   { return e.error }
+func (e transientError) Transient() bool { return true }
+
+// IsTransient reports whether err, or an error it wraps, says it is
+// transient.
+func IsTransient(err error) bool {
+	var t interface{ Transient() bool }
+	return errors.As(err, &t) && t.Transient()
 }
 
 // Timeout is the tool's own time limit, for tools known to be slower or

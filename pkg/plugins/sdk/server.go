@@ -67,6 +67,7 @@ func newServer(p *Plugin) *server {
 			ArgsSchema:    t.schema,
 			NeedsApproval: t.needsApproval,
 			TimeoutMs:     durationMs(t.timeout),
+			Changes:       t.changes,
 		})
 	}
 	for _, c := range p.contexts {
@@ -137,7 +138,9 @@ func (s *server) Call(ctx context.Context, req *pluginpb.CallRequest) (*pluginpb
 		if strings.TrimSpace(msg) == "" {
 			msg = "tool " + t.name + " failed without saying why"
 		}
-		return s.toolError(msg), nil
+		resp := s.toolError(msg)
+		resp.Transient = IsTransient(out.err)
+		return resp, nil
 	}
 	return &pluginpb.CallResponse{Result: cut(out.val, resultLimit(req.GetMaxResultBytes()))}, nil
 }

@@ -51,6 +51,12 @@
 //	           setting KEY; content "hang" makes it wait for its deadline
 //	noprobe    describes has_health but serves no Health (UNIMPLEMENTED), as
 //	           a plugin built against another contract would
+//	flaky      flaky_fetch gets {"value"} from GET <setting URL>/data through
+//	           pkg/plugins/httpapi and returns the value (httpapi marks 5xx,
+//	           429 and unreachable as transient); flaky_change, declared as
+//	           changing, fails transiently on its first call, then works;
+//	           flaky_broken fails for good (not transient) on its first
+//	           call, then works
 package main
 
 import (
@@ -64,6 +70,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +78,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins"
+	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
 	pluginpb "github.com/mmcpd/mmcpd/pkg/plugins/proto"
 	"github.com/mmcpd/mmcpd/pkg/plugins/sdk"
 )
@@ -180,6 +188,35 @@ func main() {
 	case "dup", "zdup":
 		sdk.Tool(p, "works_echo", "Another plugin's tool name", func(_ context.Context, a echoArgs) (echoResult, error) {
 			return echoResult{Echo: a.Text, Plugin: name}, nil
+		})
+	case "flaky":
+		var cfg struct {
+			URL string `desc:"The service flaky_fetch reads"`
+		}
+		p.Settings(&cfg)
+		var changes, broken atomic.Int32
+		sdk.Tool(p, "flaky_fetch", "Reads a value from the service", func(ctx context.Context, _ noArgs) (string, error) {
+			c, err := httpapi.New("Flaky", cfg.URL, "MMCP_PLUGIN_FLAKY_URL", 5*time.Second)
+			if err != nil {
+				return "", err
+			}
+			var out struct{ Value string }
+			if err := c.Get(ctx, "/data", nil, &out); err != nil {
+				return "", fmt.Errorf("reading the value: %w", err)
+			}
+			return out.Value, nil
+		})
+		sdk.Tool(p, "flaky_change", "Changes something", func(context.Context, noArgs) (string, error) {
+			if changes.Add(1) == 1 {
+				return "", sdk.Transient(errors.New("the service answered 503"))
+			}
+			return "changed", nil
+		}, sdk.Changes())
+		sdk.Tool(p, "flaky_broken", "Reads something that is not there at first", func(context.Context, noArgs) (string, error) {
+			if broken.Add(1) == 1 {
+				return "", errors.New("no such thing")
+			}
+			return "found", nil
 		})
 	case "guard":
 		var cfg struct {
