@@ -283,6 +283,8 @@ func serve(stderr io.Writer) error {
 		Model:   d.model,
 		Store:   st,
 		Plugins: d.host,
+		Calls:   d.host,
+		Version: buildVersion(),
 		Limits: server.Limits{
 			MaxMessageChars:    cfg.MaxMessageChars,
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
@@ -330,6 +332,9 @@ func serve(stderr io.Writer) error {
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// MCP clients hold a stream open to hear of tool changes: shutting
+	// down closes their sessions rather than waiting out the grace for them.
+	srv.RegisterOnShutdown(api.CloseMCP)
 	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", cfg.OllamaModel)
 
 	errc := make(chan error, 1)

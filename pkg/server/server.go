@@ -20,6 +20,7 @@ import (
 	convo "github.com/mmcpd/mmcpd/pkg/context"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
+	"github.com/mmcpd/mmcpd/pkg/mcpserver"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/store"
@@ -92,6 +93,9 @@ type Server struct {
 	// see isTask) with one plain model call; nil runs them as turns.
 	Tasks   Completer
 	Metrics http.Handler // GET /metrics; nil serves none
+	// Calls runs tools for MCP clients (/mcp); nil lists only the ask tool.
+	Calls   ToolCaller
+	Version string // the daemon's, shown to MCP clients
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
 	Token string
@@ -107,6 +111,7 @@ type Server struct {
 	// action_request, failed or cancelled.
 	TurnDone func(outcome string)
 
+	mcp   *mcpserver.Handler
 	slots chan struct{}   // one per running turn
 	mu    sync.Mutex      // guards busy
 	busy  map[string]bool // sessions with a running turn
@@ -137,6 +142,8 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
+	s.mcp = s.mcpHandler()
+	mux.Handle("/mcp", s.mcp)
 	return s.traced(s.guarded(s.authorized(s.unrouted(mux))))
 }
 
