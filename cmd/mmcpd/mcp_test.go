@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mmcpd/mmcpd/internal/needs"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
 )
 
@@ -342,3 +346,115 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
+
+// jsClient is the folder of the TypeScript SDK client script; .ci/run
+// installs its pinned packages with npm ci.
+const jsClient = "testdata/mcpjs"
+
+// needsJSClient returns node's path, or skips (fails under
+// MMCP_TEST_REQUIRE_EXTERNAL=1) when node or the client's packages are not
+// installed.
+func needsJSClient(t *testing.T) string {
+	t.Helper()
+	node := needs.Program(t, "node", "nodejs")
+	if _, err := os.Stat(filepath.Join(jsClient, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		msg := "SKIP: the TypeScript MCP client is not installed (run: npm ci --prefix cmd/mmcpd/" + jsClient + ")"
+		if os.Getenv(needs.RequireVar) == "1" {
+			t.Fatal(msg + "; " + needs.RequireVar + "=1 requires it")
+		}
+		t.Skip(msg)
+	}
+	return node
+}
+
+// jsRun is what client.mjs saw.
+type jsRun struct {
+	Unauthorized string   `json:"unauthorized"`
+	Server       string   `json:"server"`
+	Questions    []string `json:"questions"`
+	Tools        []struct {
+		Name        string          `json:"name"`
+		Schema      json.RawMessage `json:"schema"`
+		Description string          `json:"description"`
+	} `json:"tools"`
+	Echo, Ask, Accepted, Declined struct {
+		Text       string          `json:"text"`
+		IsError    bool            `json:"isError"`
+		Structured json.RawMessage `json:"structured"`
+	}
+}
+
+func TestMCPTypeScriptClient(t *testing.T) {
+	node := needsJSClient(t)
+	dir := pluginsFolder(t, "works", "guard")
+	fake := ollamatest.New(t)
+	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir}
+	addr, logs, _ := startDaemon(t, env)
+	if !waitFor(30*time.Second, func() bool { _, ok := listTools(t, addr)["guard_remove"]; return ok }) {
+		t.Fatalf("plugins never ready:\n%s", logs)
+	}
+	api := listTools(t, addr)
+	for _, mode := range []string{"http", "stdio"} {
+		t.Run(mode, func(t *testing.T) {
+			fake.Push(answer("Hello, node."))
+			args := []string{"client.mjs", mode, "http://" + addr + "/mcp", canary}
+			if mode == "stdio" {
+				args = []string{"client.mjs", mode, binary}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, args...)
+			cmd.Dir = jsClient
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "MMCP_LISTEN_ADDR=" + addr, "MMCP_API_TOKEN=" + canary}
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node client.mjs %s: %v\n%s\nstderr:\n%s", mode, err, stdout, &stderr)
+			}
+			var got jsRun
+			if err := json.Unmarshal(stdout, &got); err != nil {
+				t.Fatalf("client.mjs output: %v\n%s", err, stdout)
+			}
+			if mode == "http" && !strings.Contains(got.Unauthorized, "missing or wrong bearer token") {
+				t.Errorf("without the token: %q", got.Unauthorized)
+			}
+			if got.Server != "mmcpd" {
+				t.Errorf("server name %q", got.Server)
+			}
+			names := map[string]bool{}
+			for _, tl := range got.Tools {
+				names[tl.Name] = true
+				if want, ok := api[tl.Name]; ok && (tl.Description == "" || !sameJSON(tl.Schema, want.Schema)) {
+					t.Errorf("%s: schema %s, /v1/tools %s", tl.Name, tl.Schema, want.Schema)
+				}
+			}
+			for _, n := range []string{"ask", "works_echo", "guard_echo", "guard_remove"} {
+				if !names[n] {
+					t.Errorf("%s not listed: %v", n, names)
+				}
+			}
+			if got.Echo.IsError || !strings.Contains(got.Echo.Text, "from node") {
+				t.Errorf("works_echo: %+v", got.Echo)
+			}
+			if got.Ask.IsError || got.Ask.Text != "Hello, node." || !strings.Contains(string(got.Ask.Structured), `"session_id"`) {
+				t.Errorf("ask: %+v", got.Ask)
+			}
+			if got.Accepted.IsError || !strings.Contains(got.Accepted.Text, "accepted in node") {
+				t.Errorf("accepted guard_remove: %+v", got.Accepted)
+			}
+			if !got.Declined.IsError || !strings.Contains(got.Declined.Text, "declined") {
+				t.Errorf("declined guard_remove: %+v", got.Declined)
+			}
+			if len(got.Questions) != 2 || !strings.Contains(got.Questions[1], "declined in node") {
+				t.Errorf("questions: %q", got.Questions)
+			}
+		})
+	}
+}
+
+// sameJSON reports whether two JSON texts hold the same value.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && mustJSON(va) == mustJSON(vb)
+}
