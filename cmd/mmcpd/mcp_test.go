@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -457,4 +458,86 @@ func TestMCPTypeScriptClient(t *testing.T) {
 func sameJSON(a, b []byte) bool {
 	var va, vb any
 	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && mustJSON(va) == mustJSON(vb)
+}
+
+// TestMCPClientsDoNotHoldShutdown: an MCP client listening for the daemon's
+// notifications (the GET stream every SDK client opens) does not make
+// SIGTERM wait out MMCP_SHUTDOWN_GRACE.
+func TestMCPClientsDoNotHoldShutdown(t *testing.T) {
+	fake := ollamatest.New(t)
+	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_SHUTDOWN_GRACE=30s"}
+	addr, logs, daemon := startDaemon(t, env)
+	cs := mcpConnect(t, httpTransport(addr), nil)
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The client opens its stream once initialized; give it a moment.
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := daemon.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- daemon.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("daemon exit: %v\n%s", err, logs)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("shutdown took %s", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not stop within 20s of SIGTERM with an MCP client connected:\n%s", logs)
+	}
+}
+
+// TestMCPBridgeRenewsLostSession: the daemon restarts under a running
+// mmcpd mcp; the client's next call goes through on a new session, without
+// the client knowing.
+func TestMCPBridgeRenewsLostSession(t *testing.T) {
+	dir := pluginsFolder(t, "works")
+	fake := ollamatest.New(t)
+	addr := freeAddr(t)
+	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir}
+	startAt := func() (*exec.Cmd, *syncBuffer) {
+		logs := &syncBuffer{}
+		d := command(append(env, "MMCP_LISTEN_ADDR="+addr, "MMCP_LOG_FORMAT=json"), "serve")
+		d.Stdout, d.Stderr = logs, logs
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+		if !waitFor(30*time.Second, func() bool {
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err == nil && resp.StatusCode == 200
+		}) {
+			t.Fatalf("daemon did not come up:\n%s", logs)
+		}
+		if !waitFor(30*time.Second, func() bool { _, ok := listTools(t, addr)["works_echo"]; return ok }) {
+			t.Fatalf("works_echo never listed:\n%s", logs)
+		}
+		return d, logs
+	}
+	first, _ := startAt()
+	cmd := command([]string{"MMCP_LISTEN_ADDR=" + addr, "MMCP_API_TOKEN=" + canary}, "mcp")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	cs := mcpConnect(t, &mcp.CommandTransport{Command: cmd}, nil)
+	if text, res := callTool(t, cs, "works_echo", map[string]any{"text": "before"}); res.IsError || !strings.Contains(text, "before") {
+		t.Fatalf("before the restart: %q", text)
+	}
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	startAt()
+	text, res := callTool(t, cs, "works_echo", map[string]any{"text": "after"})
+	if res.IsError || !strings.Contains(text, "after") {
+		t.Errorf("after the restart: error %v, %q\nbridge:\n%s", res.IsError, text, &stderr)
+	}
+	if !strings.Contains(stderr.String(), "opened a new one") {
+		t.Errorf("the bridge did not say it renewed the session:\n%s", &stderr)
+	}
 }

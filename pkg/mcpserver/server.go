@@ -78,6 +78,10 @@ type Options struct {
 	// IdleSession is how long a session may go without a request before it
 	// is closed (a client that vanished); zero means an hour.
 	IdleSession time.Duration
+	// Poll is how often the tool list is compared with the daemon's while
+	// sessions are open, so that clients hear of plugins that came up or
+	// went away; zero means two seconds.
+	Poll time.Duration
 }
 
 // Instructions tell the client what mmcpd is and how approvals work.
@@ -106,8 +110,11 @@ type Handler struct {
 	srv  *mcp.Server
 	http *mcp.StreamableHTTPHandler
 
-	mu     sync.Mutex
-	listed map[string]Tool // the plugin tools the MCP server holds now
+	mu       sync.Mutex
+	listed   map[string]Tool // the plugin tools the MCP server holds now
+	watching bool            // a goroutine polls the tool list
+	closed   bool
+	done     chan struct{} // closed by Close
 }
 
 // New builds the handler.
@@ -118,7 +125,10 @@ func New(o Options) *Handler {
 	if o.IdleSession <= 0 {
 		o.IdleSession = time.Hour
 	}
-	h := &Handler{opts: o, listed: map[string]Tool{}}
+	if o.Poll <= 0 {
+		o.Poll = 2 * time.Second
+	}
+	h := &Handler{opts: o, listed: map[string]Tool{}, done: make(chan struct{})}
 	h.srv = mcp.NewServer(&mcp.Implementation{Name: "mmcpd", Title: "mmcpd", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: Instructions,
 		Logger:       o.Log,
@@ -142,15 +152,58 @@ func New(o Options) *Handler {
 // ServeHTTP serves one request of the MCP endpoint.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.sync()
+	h.watch()
 	h.http.ServeHTTP(w, r)
 }
 
 // Close ends every MCP session, their open streams included, so that a
 // client listening for notifications does not hold the daemon's shutdown.
 func (h *Handler) Close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+	h.mu.Unlock()
 	for ss := range h.srv.Sessions() {
 		_ = ss.Close()
 	}
+}
+
+// watch polls the tool list while sessions are open: the plugin host has no
+// word for a change, and a client that only listens would otherwise learn of
+// one at its next request. With no session left the poll stops, and the next
+// request starts it again.
+func (h *Handler) watch() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watching || h.closed {
+		return
+	}
+	h.watching = true
+	go func() {
+		t := time.NewTicker(h.opts.Poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-t.C:
+			}
+			open := false
+			for range h.srv.Sessions() {
+				open = true
+				break
+			}
+			if !open {
+				h.mu.Lock()
+				h.watching = false
+				h.mu.Unlock()
+				return
+			}
+			h.sync()
+		}
+	}()
 }
 
 // sync brings the MCP server's tools in line with the usable ones: plugins
@@ -160,6 +213,10 @@ func (h *Handler) sync() {
 	if h.opts.Tools == nil {
 		return
 	}
+	// One sync at a time, reading and applying together: an older reading
+	// applied after a newer one would bring back what is gone.
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	now := map[string]Tool{}
 	for _, t := range h.opts.Tools.Usable() {
 		if t.Name == AskTool || !objectSchema(t.Schema) {
@@ -167,8 +224,6 @@ func (h *Handler) sync() {
 		}
 		now[t.Name] = t
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var gone []string
 	for name := range h.listed {
 		if _, ok := now[name]; !ok {
