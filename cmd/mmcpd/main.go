@@ -294,6 +294,7 @@ func serve(stderr io.Writer) error {
 			ApprovalTTL:        cfg.ApprovalTTL,
 			TurnTimeout:        cfg.TurnTimeout,
 			StreamHeartbeat:    cfg.StreamHeartbeat,
+			ToolTimeout:        cfg.ToolTimeout,
 		},
 		Token:        cfg.APIToken.Reveal(),
 		ListenAddr:   cfg.ListenAddr,

@@ -125,9 +125,9 @@ func toolCalls(logs *syncBuffer, tool string) int {
 }
 
 func TestMCPServer(t *testing.T) {
-	dir := pluginsFolder(t, "works", "guard")
+	dir := pluginsFolder(t, "works", "guard", "slow")
 	fake := ollamatest.New(t)
-	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir}
+	env := []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir, "MMCP_TOOL_TIMEOUT=1s"}
 	addr, logs, _ := startDaemon(t, env)
 	if !waitFor(30*time.Second, func() bool { _, ok := listTools(t, addr)["guard_remove"]; return ok }) {
 		t.Fatalf("plugins never ready:\n%s", logs)
@@ -205,6 +205,11 @@ func TestMCPServer(t *testing.T) {
 		text, res = callTool(t, cs, "works_fail", map[string]any{})
 		if !res.IsError || !strings.Contains(text, "upstream refused") {
 			t.Errorf("works_fail: error %v, %q", res.IsError, text)
+		}
+		start := time.Now()
+		text, res = callTool(t, cs, "slow_sleep", map[string]any{"ms": 10000})
+		if d := time.Since(start); !res.IsError || !strings.Contains(text, "did not finish within 1s") || d > 5*time.Second {
+			t.Errorf("slow_sleep past MMCP_TOOL_TIMEOUT: error %v, %q after %s", res.IsError, text, d)
 		}
 		text, res = callTool(t, cs, "guard_remove", map[string]any{"text": "x"})
 		if !res.IsError || !strings.Contains(text, "nothing was run") {
@@ -346,7 +351,6 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
-
 
 // jsClient is the folder of the TypeScript SDK client script; .ci/run
 // installs its pinned packages with npm ci.

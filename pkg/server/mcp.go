@@ -76,7 +76,12 @@ func (m mcpCalls) Call(ctx context.Context, name string, args json.RawMessage) (
 		return "", &mcpserver.ToolError{Msg: err.Error()}
 	}
 	ctx = trace.With(ctx, trace.New())
+	ctx, cancel := context.WithTimeout(ctx, m.s.Limits.ToolTimeout)
+	defer cancel()
 	out, err := m.s.Calls.Call(ctx, name, args)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("tool %s did not finish within %s (MMCP_TOOL_TIMEOUT)", name, shortDuration(m.s.Limits.ToolTimeout))
+	}
 	if err != nil {
 		m.s.log().InfoContext(ctx, "mcp tool call failed", "tool", name, "err", err)
 		return "", &mcpserver.ToolError{Msg: err.Error()}

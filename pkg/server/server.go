@@ -63,11 +63,14 @@ type Limits struct {
 	// StreamHeartbeat is how long a stream may stay quiet before it gets a
 	// Heartbeat comment.
 	StreamHeartbeat time.Duration
+	// ToolTimeout bounds a tool an MCP client calls, as MMCP_TOOL_TIMEOUT
+	// bounds a turn's calls.
+	ToolTimeout time.Duration
 }
 
 // DefaultLimits are the limits when the daemon's settings leave them.
 var DefaultLimits = Limits{MaxMessageChars: 8000, MaxConcurrentTurns: 16, ApprovalTTL: 10 * time.Minute,
-	TurnTimeout: 10 * time.Minute, StreamHeartbeat: 10 * time.Second}
+	TurnTimeout: 10 * time.Minute, StreamHeartbeat: 10 * time.Second, ToolTimeout: 30 * time.Second}
 
 // orDefault fills the limits left at zero from DefaultLimits: a zero turn
 // timeout would end every turn at once, and zero turns at once would serve
@@ -79,6 +82,7 @@ func (l Limits) orDefault() Limits {
 	l.ApprovalTTL = cmp.Or(l.ApprovalTTL, d.ApprovalTTL)
 	l.TurnTimeout = cmp.Or(l.TurnTimeout, d.TurnTimeout)
 	l.StreamHeartbeat = cmp.Or(l.StreamHeartbeat, d.StreamHeartbeat)
+	l.ToolTimeout = cmp.Or(l.ToolTimeout, d.ToolTimeout)
 	return l
 }
 
