@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/mmcpd/mmcpd/pkg/mcpserver"
 )
@@ -19,7 +20,9 @@ import (
 // /mcp, found and authenticated as mmcpd chat does, so the daemon's one
 // plugin host, sessions and approvals serve every client.
 func mcpStdio(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs, cf := clientFlagSet("mcp", stderr)
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "", "daemon address (default: MMCP_LISTEN_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -29,7 +32,9 @@ func mcpStdio(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if fs.NArg() != 0 {
 		return usageError{errors.New("mmcpd mcp takes no arguments: it speaks MCP on stdin and stdout")}
 	}
-	c, err := cf.client()
+	var steps bool
+	var timeout time.Duration // unused: the bridge's client has no overall limit
+	c, err := clientFlags{steps: &steps, addr: addr, timeout: &timeout}.client()
 	if err != nil {
 		return err
 	}

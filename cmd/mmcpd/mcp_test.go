@@ -132,6 +132,7 @@ func TestMCPServer(t *testing.T) {
 	if !waitFor(30*time.Second, func() bool { _, ok := listTools(t, addr)["guard_remove"]; return ok }) {
 		t.Fatalf("plugins never ready:\n%s", logs)
 	}
+	t.Cleanup(func() { noRace(t, logs) })
 
 	t.Run("boundary", func(t *testing.T) {
 		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
@@ -398,6 +399,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if !waitFor(30*time.Second, func() bool { _, ok := listTools(t, addr)["guard_remove"]; return ok }) {
 		t.Fatalf("plugins never ready:\n%s", logs)
 	}
+	t.Cleanup(func() { noRace(t, logs) })
 	api := listTools(t, addr)
 	for _, mode := range []string{"http", "stdio"} {
 		t.Run(mode, func(t *testing.T) {
@@ -543,5 +545,12 @@ func TestMCPBridgeRenewsLostSession(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "opened a new one") {
 		t.Errorf("the bridge did not say it renewed the session:\n%s", &stderr)
+	}
+}
+
+// noRace fails the test when the daemon, built with -race, reported one.
+func noRace(t *testing.T, logs *syncBuffer) {
+	if strings.Contains(logs.String(), "DATA RACE") {
+		t.Errorf("the daemon reported a data race:\n%s", logs)
 	}
 }
