@@ -44,10 +44,10 @@ Usage:
   mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
   mmcpd respond --session ID --approval ID approve|deny
                                 answer an action the agent asked to run
-  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd db check|recover        check the session database, or save what is readable of a damaged one
   mmcpd config                  print the effective configuration and every variable
   mmcpd schema                  print the reply schema the model is held to
+  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd version                 print the version
 
 Settings are environment variables; see "mmcpd config".
@@ -74,14 +74,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = chat(args, stdout, stderr)
 	case "respond":
 		err = respond(args, stdout, stderr)
-	case "mcp":
-		err = mcpStdio(args, os.Stdin, stdout, stderr)
 	case "db":
 		err = db(args, stdout)
 	case "config":
 		err = printConfig(stdout)
 	case "schema":
 		err = printSchema(stdout)
+	case "mcp":
+		err = mcpStdio(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mmcpd", buildVersion())
 	case "help", "-h", "-help", "--help":
