@@ -336,12 +336,12 @@ func serve(stderr io.Writer) error {
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	// MCP clients hold a stream open to hear of tool changes: shutting
-	// down closes their sessions rather than waiting out the grace for them.
-	srv.RegisterOnShutdown(api.CloseMCP)
 	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", cfg.OllamaModel)
 
 	errc := make(chan error, 1)
+	// MCP clients hold a stream open to hear of tool changes: shutting
+	// down closes their sessions rather than waiting out the grace for them.
+	srv.RegisterOnShutdown(api.CloseMCP)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
