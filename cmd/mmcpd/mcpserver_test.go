@@ -209,7 +209,7 @@ func TestMCPServer(t *testing.T) {
 		}
 		start := time.Now()
 		text, res = callTool(t, cs, "slow_sleep", map[string]any{"ms": 10000})
-		if d := time.Since(start); !res.IsError || !strings.Contains(text, "did not finish within 1s") || d > 5*time.Second {
+		if d := time.Since(start); !res.IsError || !strings.Contains(text, "did not finish within 1s (MMCP_TOOL_TIMEOUT)") || d > 5*time.Second {
 			t.Errorf("slow_sleep past MMCP_TOOL_TIMEOUT: error %v, %q after %s", res.IsError, text, d)
 		}
 		text, res = callTool(t, cs, "guard_remove", map[string]any{"text": "x"})
@@ -329,6 +329,39 @@ func TestMCPServer(t *testing.T) {
 		text, res = callTool(t, cs, "ask", map[string]any{"message": "hello"})
 		if res.IsError || text != "Answered over stdio." {
 			t.Errorf("ask over stdio: error %v, %q\n%s", res.IsError, text, &stderr)
+		}
+	})
+
+	t.Run("stdio piped", func(t *testing.T) {
+		// A script writes its messages at once, without waiting for
+		// answers: the session and notifications/initialized come first.
+		cmd := command([]string{"MMCP_LISTEN_ADDR=" + addr, "MMCP_API_TOKEN=" + canary}, "mcp")
+		cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"works_echo","arguments":{"text":"piped"}}}
+`)
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("mmcpd mcp: %v\n%s", err, &stderr)
+		}
+		answers := map[int]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var m struct {
+				ID     int             `json:"id"`
+				Result json.RawMessage `json:"result"`
+				Error  json.RawMessage `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(line), &m); err != nil || m.Error != nil {
+				t.Errorf("answer %q (%v)", line, err)
+				continue
+			}
+			answers[m.ID] = string(m.Result)
+		}
+		if len(answers) != 3 || !strings.Contains(answers[2], `"works_echo"`) || !strings.Contains(answers[3], "piped") {
+			t.Errorf("answers: %v", answers)
 		}
 	})
 

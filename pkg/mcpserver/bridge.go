@@ -62,11 +62,27 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			continue
 		}
 		msg := append([]byte(nil), line...)
-		// Each message is posted on its own: a call waiting for the
-		// user's answer to an elicitation must not hold up that answer.
-		wg.Go(func() { b.send(ctx, msg) })
+		var env envelope
+		if err := json.Unmarshal(msg, &env); err != nil {
+			b.answerError(nil, -32700, "not a JSON-RPC message: "+err.Error())
+			continue
+		}
+		if env.Method == "initialize" || !env.isCall() {
+			// In order, each done before the next message: the session
+			// must exist before anything else, and notifications/initialized
+			// must arrive before the calls that follow it. These answer at
+			// once (202), an elicitation's answer included.
+			b.send(ctx, msg, env)
+			continue
+		}
+		// A call is posted on its own: it may wait for the user's answer
+		// to an elicitation, which must not be held up behind it.
+		wg.Go(func() { b.send(ctx, msg, env) })
 	}
 	err := sc.Err()
+	// Input ended, but the answers to what was sent are still owed (a
+	// script piping its requests in); a client that leaves for good stops
+	// the bridge with a signal.
 	wg.Wait()
 	b.end()
 	if err != nil {
@@ -87,12 +103,7 @@ type envelope struct {
 // isCall reports whether the message expects an answer.
 func (e envelope) isCall() bool { return e.Method != "" && len(e.ID) > 0 && string(e.ID) != "null" }
 
-func (b *Bridge) send(ctx context.Context, msg []byte) {
-	var env envelope
-	if err := json.Unmarshal(msg, &env); err != nil {
-		b.answerError(nil, -32700, "not a JSON-RPC message: "+err.Error())
-		return
-	}
+func (b *Bridge) send(ctx context.Context, msg []byte, env envelope) {
 	if env.Method == "initialize" {
 		b.mu.Lock()
 		b.init, b.session, b.version = msg, "", ""
