@@ -30,9 +30,9 @@ type Lister interface {
 	Usable() []Tool
 }
 
-// Caller runs one tool with arguments it has checked against the tool's
-// schema; a ToolError is the tool's own failure, any other error the
-// daemon's.
+// Caller checks a client's arguments against the tool's schema and runs the
+// tool; a ToolError is a failure the client's model should read (bad
+// arguments, the tool's own error), any other error the daemon's.
 type Caller interface {
 	Call(ctx context.Context, name string, args json.RawMessage) (string, error)
 }
