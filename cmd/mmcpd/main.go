@@ -45,9 +45,9 @@ Usage:
   mmcpd respond --session ID --approval ID approve|deny
                                 answer an action the agent asked to run
   mmcpd db check|recover        check the session database, or save what is readable of a damaged one
+  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd config                  print the effective configuration and every variable
   mmcpd schema                  print the reply schema the model is held to
-  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd version                 print the version
 
 Settings are environment variables; see "mmcpd config".

@@ -19,6 +19,12 @@ type ToolCaller interface {
 	Call(ctx context.Context, name string, args json.RawMessage) (string, error)
 }
 
+// mcpEndpoint is /mcp's handler, which the daemon closes when it stops.
+type mcpEndpoint interface {
+	http.Handler
+	Close()
+}
+
 // mcpHandler serves /mcp: the usable tools, each call checked against its
 // schema as a model's would be, and whole turns run through the same
 // handlers as POST /v1/chat and /v1/chat/respond.

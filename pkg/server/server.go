@@ -20,7 +20,6 @@ import (
 	convo "github.com/mmcpd/mmcpd/pkg/context"
 	"github.com/mmcpd/mmcpd/pkg/llm"
 	"github.com/mmcpd/mmcpd/pkg/loop"
-	"github.com/mmcpd/mmcpd/pkg/mcpserver"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/schema"
 	"github.com/mmcpd/mmcpd/pkg/store"
@@ -115,7 +114,7 @@ type Server struct {
 	// action_request, failed or cancelled.
 	TurnDone func(outcome string)
 
-	mcp   *mcpserver.Handler
+	mcp   mcpEndpoint
 	slots chan struct{}   // one per running turn
 	mu    sync.Mutex      // guards busy
 	busy  map[string]bool // sessions with a running turn
@@ -143,11 +142,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("GET /v1/schema", s.schema)
 	mux.HandleFunc("GET /v1/plugins", s.listPlugins)
+	s.mcp = s.mcpHandler()
+	mux.Handle("/mcp", s.mcp)
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
-	s.mcp = s.mcpHandler()
-	mux.Handle("/mcp", s.mcp)
 	return s.traced(s.guarded(s.authorized(s.unrouted(mux))))
 }
 
