@@ -41,11 +41,11 @@ const usage = `mmcpd: a chat endpoint for a home media stack, driven by a local 
 
 Usage:
   mmcpd [serve]                 run the daemon in the foreground
+  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
   mmcpd respond --session ID --approval ID approve|deny
                                 answer an action the agent asked to run
   mmcpd db check|recover        check the session database, or save what is readable of a damaged one
-  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd config                  print the effective configuration and every variable
   mmcpd schema                  print the reply schema the model is held to
   mmcpd version                 print the version
