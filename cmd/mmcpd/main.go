@@ -41,6 +41,7 @@ const usage = `mmcpd: a chat endpoint for a home media stack, driven by a local 
 
 Usage:
   mmcpd [serve]                 run the daemon in the foreground
+  mmcpd mcp [--addr HOST:PORT]  speak MCP on stdin/stdout (for Claude Desktop), relayed to the running daemon's /mcp
   mmcpd chat [flags] "message"  send a message to a running daemon and print the answer
   mmcpd respond --session ID --approval ID approve|deny
                                 answer an action the agent asked to run
@@ -86,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = configCommand(args, stdout, stderr)
 	case "schema":
 		err = printSchema(stdout)
+	case "mcp":
+		err = mcpStdio(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionLine())
 	case "health":
@@ -291,12 +294,15 @@ func serve(stderr io.Writer) error {
 		Model:   d.model,
 		Store:   st,
 		Plugins: d.host,
+		Calls:   d.host,
+		Version: buildVersion(),
 		Limits: server.Limits{
 			MaxMessageChars:    cfg.MaxMessageChars,
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,
 			ApprovalTTL:        cfg.ApprovalTTL,
 			TurnTimeout:        cfg.TurnTimeout,
 			StreamHeartbeat:    cfg.StreamHeartbeat,
+			ToolTimeout:        cfg.ToolTimeout,
 		},
 		Token:        cfg.APIToken.Reveal(),
 		ListenAddr:   cfg.ListenAddr,
@@ -341,6 +347,9 @@ func serve(stderr io.Writer) error {
 	log.Info("mmcpd listening", "addr", ln.Addr().String(), "version", buildVersion(), "model", modelNames(d.model))
 
 	errc := make(chan error, 1)
+	// MCP clients hold a stream open to hear of tool changes: shutting
+	// down closes their sessions rather than waiting out the grace for them.
+	srv.RegisterOnShutdown(api.CloseMCP)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:

@@ -69,11 +69,14 @@ type Limits struct {
 	// StreamHeartbeat is how long a stream may stay quiet before it gets a
 	// Heartbeat comment.
 	StreamHeartbeat time.Duration
+	// ToolTimeout bounds a tool an MCP client calls, as MMCP_TOOL_TIMEOUT
+	// bounds a turn's calls.
+	ToolTimeout time.Duration
 }
 
 // DefaultLimits are the limits when the daemon's settings leave them.
 var DefaultLimits = Limits{MaxMessageChars: 8000, MaxConcurrentTurns: 16, ApprovalTTL: 10 * time.Minute,
-	TurnTimeout: 10 * time.Minute, StreamHeartbeat: 10 * time.Second}
+	TurnTimeout: 10 * time.Minute, StreamHeartbeat: 10 * time.Second, ToolTimeout: 30 * time.Second}
 
 // orDefault fills the limits left at zero from DefaultLimits: a zero turn
 // timeout would end every turn at once, and zero turns at once would serve
@@ -85,6 +88,7 @@ func (l Limits) orDefault() Limits {
 	l.ApprovalTTL = cmp.Or(l.ApprovalTTL, d.ApprovalTTL)
 	l.TurnTimeout = cmp.Or(l.TurnTimeout, d.TurnTimeout)
 	l.StreamHeartbeat = cmp.Or(l.StreamHeartbeat, d.StreamHeartbeat)
+	l.ToolTimeout = cmp.Or(l.ToolTimeout, d.ToolTimeout)
 	return l
 }
 
@@ -99,6 +103,9 @@ type Server struct {
 	// see isTask) with one plain model call; nil runs them as turns.
 	Tasks   Completer
 	Metrics http.Handler // GET /metrics; nil serves none
+	// Calls runs tools for MCP clients (/mcp); nil lists only the ask tool.
+	Calls   ToolCaller
+	Version string // the daemon's, shown to MCP clients
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz.
 	Token string
@@ -114,6 +121,7 @@ type Server struct {
 	// action_request, failed or cancelled.
 	TurnDone func(outcome string)
 
+	mcp   mcpEndpoint
 	slots chan struct{}   // one per running turn
 	mu    sync.Mutex      // guards busy
 	busy  map[string]bool // sessions with a running turn
@@ -141,6 +149,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("GET /v1/schema", s.schema)
 	mux.HandleFunc("GET /v1/plugins", s.listPlugins)
+	s.mcp = s.mcpHandler()
+	mux.Handle("/mcp", s.mcp)
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
