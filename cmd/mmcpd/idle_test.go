@@ -147,7 +147,10 @@ func TestDaemonIdleZero(t *testing.T) {
 	dir := pluginsFolder(t, "works", "needs")
 	fake := ollamatest.New(t)
 	addr, logs, daemon := startDaemon(t, []string{"MMCP_OLLAMA_HOST=" + fake.URL, "MMCP_API_TOKEN=" + canary, "MMCP_PLUGINS_DIR=" + dir, "MMCP_PLUGINS_IDLE=0"})
-	t.Cleanup(func() { _ = daemon.Process.Kill(); waitFor(5*time.Second, func() bool { return len(pluginProcs(dir)) == 0 }) })
+	t.Cleanup(func() {
+		_ = daemon.Process.Kill()
+		waitFor(5*time.Second, func() bool { return len(pluginProcs(dir)) == 0 })
+	})
 	waitReady(t, addr, logs)
 	time.Sleep(1500 * time.Millisecond)
 	if got := runningPlugins(dir); !got["works"] || !got["needs"] {
