@@ -198,6 +198,8 @@ func newDaemon(cfg config.Config, environ []string, log *slog.Logger) (*daemon, 
 		Limits:       plugins.ToolLimits{Tools: cfg.ToolsMax, DescriptionChars: cfg.ToolMaxDescriptionChars, SchemaBytes: cfg.ToolMaxSchemaBytes},
 		StartTimeout: cfg.PluginsStartTimeout,
 		KillGrace:    cfg.PluginsKillGrace,
+		Idle:         cfg.PluginsIdle,
+		CacheFile:    filepath.Join(cfg.DataDir, "plugins-cache.json"),
 		Breakers:     breaker.New(breaker.Settings{Failures: uint32(cfg.BreakerFailures), Cooldown: cfg.BreakerCooldown}, plugins.IsToolError, log),
 		Context: plugins.ContextOptions{
 			PerProvider:  cfg.ContextProviderTimeout,

@@ -53,6 +53,7 @@ type Config struct {
 	DataDir                 string        `split_words:"true" default:"./data" desc:"directory for state and traces"`
 	PluginsStartTimeout     time.Duration `split_words:"true" default:"10s" desc:"time a plugin has to start, shake hands and describe itself"`
 	PluginsKillGrace        time.Duration `split_words:"true" default:"2s" desc:"time a plugin has to answer after a call's deadline before it is killed"`
+	PluginsIdle             time.Duration `split_words:"true" default:"10m" desc:"a plugin or MCP server no call used for this long is stopped, and started again on its next use; 0 keeps every plugin running"`
 	PluginsUser             string        `split_words:"true" default:"nobody" desc:"user plugins run as when the daemon runs as root (name or uid); root keeps them root, which is not advised"`
 	ToolsMax                int           `split_words:"true" default:"64" desc:"most tools offered to the model; tools past it (in plugin name order) are refused, 1 to 1000"`
 	ToolMaxDescriptionChars int           `split_words:"true" default:"1000" desc:"longest tool description in characters; a longer tool is refused, 100 to 100000"`
@@ -139,6 +140,7 @@ func (c Config) validate() error {
 		nonEmpty("MMCP_DATA_DIR", c.DataDir),
 		positive("MMCP_PLUGINS_START_TIMEOUT", c.PluginsStartTimeout),
 		positive("MMCP_PLUGINS_KILL_GRACE", c.PluginsKillGrace),
+		nonNegative("MMCP_PLUGINS_IDLE", c.PluginsIdle),
 		nonEmpty("MMCP_PLUGINS_USER", c.PluginsUser),
 		between("MMCP_TOOLS_MAX", c.ToolsMax, 1, 1000),
 		between("MMCP_TOOL_MAX_DESCRIPTION_CHARS", c.ToolMaxDescriptionChars, 100, 100000),
@@ -242,6 +244,13 @@ func temperature(name string, v float64) error {
 func positive(name string, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%s: must be greater than 0 (examples: 30s, 2m), got %s", name, d)
+	}
+	return nil
+}
+
+func nonNegative(name string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s: must be 0 or more (examples: 0, 10m), got %s", name, d)
 	}
 	return nil
 }

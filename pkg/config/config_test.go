@@ -38,6 +38,7 @@ var documented = []struct{ name, def string }{
 	{"MMCP_DATA_DIR", "./data"},
 	{"MMCP_PLUGINS_START_TIMEOUT", "10s"},
 	{"MMCP_PLUGINS_KILL_GRACE", "2s"},
+	{"MMCP_PLUGINS_IDLE", "10m"},
 	{"MMCP_PLUGINS_USER", "nobody"},
 	{"MMCP_TOOLS_MAX", "64"},
 	{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "1000"},
@@ -80,6 +81,7 @@ var defaults = Config{
 	DataDir:                 "./data",
 	PluginsStartTimeout:     10 * time.Second,
 	PluginsKillGrace:        2 * time.Second,
+	PluginsIdle:             10 * time.Minute,
 	PluginsUser:             "nobody",
 	ToolsMax:                64,
 	ToolMaxDescriptionChars: 1000,
@@ -179,6 +181,7 @@ var readCases = []struct {
 	{"MMCP_DATA_DIR", "/var/lib/mmcpd", func(c *Config) { c.DataDir = "/var/lib/mmcpd" }},
 	{"MMCP_PLUGINS_START_TIMEOUT", "3s", func(c *Config) { c.PluginsStartTimeout = 3 * time.Second }},
 	{"MMCP_PLUGINS_KILL_GRACE", "1s", func(c *Config) { c.PluginsKillGrace = time.Second }},
+	{"MMCP_PLUGINS_IDLE", "0", func(c *Config) { c.PluginsIdle = 0 }},
 	{"MMCP_PLUGINS_USER", "mmcp", func(c *Config) { c.PluginsUser = "mmcp" }},
 	{"MMCP_TOOLS_MAX", "10", func(c *Config) { c.ToolsMax = 10 }},
 	{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "500", func(c *Config) { c.ToolMaxDescriptionChars = 500 }},
@@ -390,6 +393,7 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_DATA_DIR", ""},
 		{"MMCP_BREAKER_FAILURES", "0"},
 		{"MMCP_PLUGINS_KILL_GRACE", "0s"},
+		{"MMCP_PLUGINS_IDLE", "-1s"},
 		{"MMCP_PLUGINS_USER", ""},
 		{"MMCP_TOOLS_MAX", "0"},
 		{"MMCP_TOOL_MAX_DESCRIPTION_CHARS", "99"},
@@ -596,6 +600,7 @@ MMCP_PLUGINS_DIR=./plugins
 MMCP_DATA_DIR=./data
 MMCP_PLUGINS_START_TIMEOUT=10s
 MMCP_PLUGINS_KILL_GRACE=2s
+MMCP_PLUGINS_IDLE=10m0s
 MMCP_PLUGINS_USER=nobody
 MMCP_TOOLS_MAX=64
 MMCP_TOOL_MAX_DESCRIPTION_CHARS=1000

@@ -57,6 +57,12 @@ var (
 	pluginsDesc = prometheus.NewDesc("mmcpd_plugins",
 		"Plugins found, by status (starting, ready, standby, failed, restarting, unreachable).",
 		[]string{"status"}, nil)
+	processesDesc = prometheus.NewDesc("mmcpd_plugin_processes",
+		"Plugin and MCP server processes running now (idle ones are stopped).",
+		nil, nil)
+	residentDesc = prometheus.NewDesc("mmcpd_plugin_resident_bytes",
+		"Resident memory of the running plugin and MCP server processes, together.",
+		nil, nil)
 	sessionsDesc = prometheus.NewDesc("mmcpd_sessions",
 		"Sessions in the store.",
 		nil, nil)
@@ -251,6 +257,8 @@ func (c pluginCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerDesc
 	ch <- restartsDesc
 	ch <- pluginsDesc
+	ch <- processesDesc
+	ch <- residentDesc
 }
 
 func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
@@ -259,8 +267,13 @@ func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
 		byStatus[s] = 0
 	}
 	seen := map[string]bool{}
+	processes, resident := 0, int64(0)
 	for _, p := range c() {
 		byStatus[p.Status]++
+		if p.PID > 0 {
+			processes++
+			resident += p.RSSBytes
+		}
 		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(p.Restarts), p.Name)
 		for _, t := range p.Tools {
 			// A tool refused for its name has no breaker; its name may be
@@ -281,6 +294,8 @@ func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range byStatus {
 		ch <- prometheus.MustNewConstMetric(pluginsDesc, prometheus.GaugeValue, float64(n), s)
 	}
+	ch <- prometheus.MustNewConstMetric(processesDesc, prometheus.GaugeValue, float64(processes))
+	ch <- prometheus.MustNewConstMetric(residentDesc, prometheus.GaugeValue, float64(resident))
 }
 
 // sessionCollector reads the session count at scrape time, waiting at most

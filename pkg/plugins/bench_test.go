@@ -235,3 +235,45 @@ func vmRSS(b *testing.B, pid int) int {
 	b.Fatalf("no VmRSS for %d", pid)
 	return 0
 }
+
+// BenchmarkFirstCall compares a call of works_echo that has to start its
+// stopped plugin (MMCP_PLUGINS_IDLE at 1ms stops it after every call) with a
+// call of the running plugin; p50/p99 per call, and added-ms, the p50 a
+// start adds.
+func BenchmarkFirstCall(b *testing.B) {
+	args := []byte(`{"text":"hello, plugin"}`)
+	measure := func(b *testing.B, h *plugins.Host, stopped bool) time.Duration {
+		durs := make([]time.Duration, 0, b.N)
+		for range b.N {
+			if stopped {
+				b.StopTimer()
+				for h.Running() != 0 {
+					time.Sleep(time.Millisecond)
+				}
+				b.StartTimer()
+			}
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, err := h.Call(ctx, "works_echo", args)
+			cancel()
+			durs = append(durs, time.Since(start))
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		reportPercentiles(b, durs)
+		slices.Sort(durs)
+		return durs[len(durs)/2]
+	}
+	var cold, warm time.Duration
+	b.Run("stopped", func(b *testing.B) {
+		h, _, _ := startHost(b, plugins.Options{Log: slog.New(slog.DiscardHandler), Idle: time.Millisecond}, "works")
+		cold = measure(b, h, true)
+	})
+	b.Run("running", func(b *testing.B) {
+		h, _, _ := startHost(b, plugins.Options{Log: slog.New(slog.DiscardHandler), Idle: time.Hour}, "works")
+		warm = measure(b, h, false)
+		b.ReportMetric(float64(cold-warm)/float64(time.Millisecond), "added-ms")
+	})
+}

@@ -44,6 +44,12 @@ type Options struct {
 	Limits         ToolLimits
 	// Probe schedules the health probes; zero fields take the defaults.
 	Probe ProbeOptions
+	// Idle stops a plugin that no call used for this long; it starts again
+	// on its next use (see idle.go). Zero keeps every plugin running.
+	Idle time.Duration
+	// CacheFile keeps the plugins' descriptions between runs (see
+	// cache.go); empty describes every plugin at every start.
+	CacheFile string
 }
 
 // ToolLimits bound what plugins may declare. Every tool's description and
@@ -85,6 +91,7 @@ type Host struct {
 	startCalled atomic.Bool           // Start was called
 	closed      bool
 
+	cache   *describeCache
 	cred    *syscall.Credential // the plugin user, nil for the daemon's own
 	noPIDNS atomic.Bool         // the kernel refused a pid namespace once
 
@@ -110,7 +117,6 @@ type managed struct {
 	name, path string
 	env        []string
 	mcp        *mcpServer
-	restart    sync.Mutex // one restart at a time, however many calls wait for it
 
 	mu        sync.Mutex
 	proc      *process
@@ -123,6 +129,11 @@ type managed struct {
 	providers map[string]*provider
 	refused   map[string]string // tools refused alone, with why; set by registerAll
 	probe     probeState
+
+	flight    *startFlight // the start in progress that callers wait for
+	inUse     int          // calls and context providers running now
+	lastUse   time.Time
+	idleTimer *time.Timer
 
 	// offered is what registerAll registers: a plugin binary's tools from
 	// its first start (a plugin restarted with other tools does not change
@@ -167,6 +178,7 @@ func New(opts Options) (*Host, error) {
 	h := &Host{opts: opts, log: opts.Log, tools: map[string]*toolEntry{}, started: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.noPIDNS.Store(opts.NoPIDNamespace)
+	h.cache = openCache(opts.CacheFile, opts.Log)
 	if opts.User != "" {
 		if h.cred, err = credential(opts.User); err != nil {
 			return nil, err
@@ -220,6 +232,9 @@ func (h *Host) Start(ctx context.Context) {
 		wg.Add(1) // plugins and MCP servers alike, all at once
 		go func() {
 			defer wg.Done()
+			if h.fromCache(m) {
+				return // started on first use
+			}
 			if err := h.startPlugin(ctx, m); err != nil {
 				h.log.Error("plugin skipped", "plugin", m.name, "path", m.path, "reason", err.Error())
 				return
@@ -245,6 +260,9 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 	defer cancel()
 	start := time.Now()
+	// Taken before the start: a binary replaced meanwhile is described
+	// again next time rather than cached under the new file's identity.
+	identity := fileIdentity(m.path)
 	onExit := func(p *process) {
 		// Noticed at once, not on the next call: the API and the context
 		// providers should not take a dead plugin for a ready one.
@@ -291,7 +309,7 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 	// next listing probes it again.
 	m.probe.has, m.probe.at, m.probe.backoff = desc.HasHealth, time.Time{}, 0
 	if problems := settingProblems(m.name, desc, m.env); len(problems) > 0 {
-		m.status, m.reason = StatusStandby, strings.Join(problems, "; ")
+		m.status, m.reason = StatusStandby, joinProblems(problems)
 	}
 	if m.providers == nil {
 		m.providers = map[string]*provider{}
@@ -300,10 +318,28 @@ func (h *Host) startPlugin(ctx context.Context, m *managed) error {
 		}
 	}
 	st, reason := m.status, m.reason
+	var exit *process
+	switch {
+	case h.opts.Idle <= 0:
+	case st == StatusStandby:
+		// It cannot work until its settings change, which takes a
+		// restart: no process meanwhile.
+		exit, m.proc = proc, nil
+	default:
+		m.lastUse = time.Now()
+		h.armIdleLocked(m)
+	}
 	m.mu.Unlock()
+	h.cache.put(m.path, identity, m.env, m.name, desc)
 	h.log.Info("plugin started", "plugin", m.name, "version", desc.Version, "tools", len(desc.Tools), "status", st, "reason", reason, "took", time.Since(start))
+	if exit != nil {
+		exit.stop(h.opts.KillGrace)
+		h.log.Info("plugin stopped: on standby", "plugin", m.name)
+	}
 	return nil
 }
+
+func joinProblems(problems []string) string { return strings.Join(problems, "; ") }
 
 func (m *managed) fail(reason string) {
 	m.mu.Lock()
@@ -551,10 +587,6 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 	if m.mcp != nil {
 		return h.callMCP(ctx, e, args)
 	}
-	proc, err := h.running(ctx, m)
-	if err != nil {
-		return "", err
-	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
@@ -562,6 +594,14 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 	if t := time.Duration(e.spec.TimeoutMs) * time.Millisecond; t > 0 && time.Now().Add(t).Before(deadline) {
 		deadline = time.Now().Add(t)
 	}
+	// A stopped plugin's start counts against the tool's time.
+	sctx, scancel := context.WithDeadline(ctx, deadline)
+	proc, err := h.running(sctx, m)
+	scancel()
+	if err != nil {
+		return "", err
+	}
+	defer h.release(m)
 	limit := time.Until(deadline)
 	// The plugin gets the deadline; the host waits a grace period longer, so
 	// that a plugin that honours it answers on its own. One that does not is
@@ -612,49 +652,6 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 		return "", fmt.Errorf("plugin %s exited during the call to %s; it will be restarted", m.name, e.tool.Name)
 	}
 	return "", fmt.Errorf("tool %s: plugin error: %s", e.tool.Name, oneLine(status.Convert(err).Message()))
-}
-
-// running returns m's process, starting it again if it died, with a growing
-// pause between attempts so a plugin that crashes at once is not respawned in
-// a loop.
-func (h *Host) running(ctx context.Context, m *managed) (*process, error) {
-	if proc := m.alive(); proc != nil {
-		return proc, nil
-	}
-	m.restart.Lock()
-	defer m.restart.Unlock()
-	if h.isClosed() {
-		return nil, fmt.Errorf("plugin %s: the daemon is shutting down", m.name)
-	}
-	m.mu.Lock()
-	proc := m.proc
-	if proc != nil && !proc.exited() { // another call restarted it meanwhile
-		m.mu.Unlock()
-		return proc, nil
-	}
-	if proc != nil { // died between calls
-		h.markCrashedLocked(m, "exited")
-	}
-	if d := time.Until(m.nextStart); d > 0 {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("plugin %s crashed and restarts in %s", m.name, d.Round(time.Second))
-	}
-	m.restarts++
-	m.mu.Unlock()
-	h.log.Info("restarting plugin", "plugin", m.name)
-	if err := h.startPlugin(ctx, m); err != nil {
-		m.mu.Lock()
-		m.status, m.reason = StatusRestarting, err.Error()
-		m.nextStart = time.Now().Add(m.backoff)
-		m.mu.Unlock()
-		return nil, fmt.Errorf("plugin %s could not be restarted: %w", m.name, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.status != StatusReady {
-		return nil, fmt.Errorf("plugin %s is on standby: %s", m.name, m.reason)
-	}
-	return m.proc, nil
 }
 
 func (h *Host) isClosed() bool {
@@ -738,6 +735,7 @@ func (h *Host) Close() {
 	h.closed = true
 	h.mu.Unlock()
 	h.stopProbes()
+	h.stopIdleTimers()
 	var wg sync.WaitGroup
 	for _, m := range h.plugins {
 		m.mu.Lock()

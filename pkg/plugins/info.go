@@ -8,11 +8,16 @@ import (
 
 // Info is a plugin as GET /v1/plugins shows it. Secret values never appear.
 type Info struct {
-	Name     string        `json:"name"`
-	Kind     string        `json:"kind"` // KindPlugin or KindMCP
-	Version  string        `json:"version,omitempty"`
-	Path     string        `json:"path"`
-	Status   string        `json:"status"`
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // KindPlugin or KindMCP
+	Version string `json:"version,omitempty"`
+	Path    string `json:"path"`
+	Status  string `json:"status"`
+	// State says whether a process runs: running, idle-stopped, standby,
+	// failed or starting (see idle.go).
+	State    string        `json:"state"`
+	PID      int           `json:"pid,omitempty"`       // while running
+	RSSBytes int64         `json:"rss_bytes,omitempty"` // resident memory, while running
 	Reason   string        `json:"reason,omitempty"`
 	Restarts int           `json:"restarts"`
 	Tools    []ToolInfo    `json:"tools"`
@@ -62,8 +67,13 @@ func (h *Host) Plugins() []Info {
 		if m.mcp != nil {
 			info.Kind, info.Settings = KindMCP, mcpSettings(m)
 		}
+		info.State = m.stateLocked()
+		if m.proc != nil && !m.proc.exited() {
+			info.PID = m.proc.pid
+		}
 		desc, refused := m.desc, m.refused
 		m.mu.Unlock()
+		info.RSSBytes = residentBytes(info.PID)
 		if desc != nil {
 			info.Version = desc.Version
 			for _, s := range desc.Settings {

@@ -138,6 +138,8 @@ func (h *Host) startMCP(ctx context.Context, m *managed) error {
 	m.offered, m.listedAt = m.desc.Tools, true
 	m.status, m.reason = StatusReady, ""
 	m.probe.has = false // MCP has no health probe; calls tell
+	m.lastUse = time.Now()
+	h.armIdleLocked(m)
 	n := len(m.desc.Tools)
 	m.mu.Unlock()
 	h.log.Info("plugin started", "plugin", m.name, "kind", KindMCP, "server", server, "version", version, "tools", n, "status", StatusReady, "took", time.Since(start))
@@ -266,19 +268,23 @@ func (h *Host) mcpToolsChanged(m *managed) {
 // use, as a plugin that ignores its deadline is.
 func (h *Host) callMCP(ctx context.Context, e *toolEntry, args json.RawMessage) (string, error) {
 	m := e.plugin
-	proc, err := h.running(ctx, m)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	// A stopped server's start counts against the call's time.
+	sctx, scancel := context.WithDeadline(ctx, deadline)
+	proc, err := h.running(sctx, m)
+	scancel()
 	if err != nil {
 		return "", err
 	}
+	defer h.release(m)
 	m.mu.Lock()
 	tool := m.mcp.names[e.tool.Name]
 	m.mu.Unlock()
 	if tool == "" {
 		return "", fmt.Errorf("tool %s: MCP server %s no longer offers it", e.tool.Name, m.name)
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(30 * time.Second)
 	}
 	limit := time.Until(deadline)
 	cctx, cancel := context.WithDeadline(ctx, deadline)

@@ -2,8 +2,11 @@ package plugins
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -61,4 +64,50 @@ func NotDumpable() error {
 		return errno
 	}
 	return nil
+}
+
+// fileIdentity names the file at path as it is now (see describeCache), or
+// "" when it cannot be read: then nothing is cached for it.
+func fileIdentity(path string) string {
+	info, err := os.Stat(path) // the binary a symlink points to is what runs
+	if err != nil {
+		return ""
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("dev=%d ino=%d size=%d mtime=%d ctime=%d", st.Dev, st.Ino, info.Size(),
+		info.ModTime().UnixNano(), st.Ctim.Sec*1e9+st.Ctim.Nsec)
+}
+
+// ownedByDaemon refuses a file another user owns.
+func ownedByDaemon(info os.FileInfo) error {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("owned by uid %d, not the daemon's user", st.Uid)
+	}
+	return nil
+}
+
+// residentBytes is the resident memory of process pid (VmRSS in
+// /proc/<pid>/status), or 0 when it cannot be read.
+func residentBytes(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest) // "12345 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
 }

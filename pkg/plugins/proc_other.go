@@ -3,6 +3,7 @@
 package plugins
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -17,3 +18,10 @@ func killGroup(int) {}
 
 // NotDumpable does nothing outside Linux.
 func NotDumpable() error { return nil }
+
+// fileIdentity is "" outside Linux: descriptions are not cached there.
+func fileIdentity(string) string { return "" }
+
+func ownedByDaemon(os.FileInfo) error { return nil }
+
+func residentBytes(int) int64 { return 0 }

@@ -74,6 +74,7 @@ func (h *Host) RuntimeContext(ctx context.Context) string {
 					return
 				}
 				text, err := h.provide(ctx, m, proc, key)
+				h.release(m)
 				if err != nil {
 					return
 				}
