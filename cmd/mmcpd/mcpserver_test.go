@@ -379,6 +379,35 @@ func TestMCPServer(t *testing.T) {
 			t.Errorf("error: %v", err)
 		}
 	})
+
+	// A client that keeps stdin open and says nothing must not keep the
+	// bridge from stopping when it is told to.
+	t.Run("stdio ends on SIGTERM", func(t *testing.T) {
+		cmd := command([]string{"MMCP_LISTEN_ADDR=" + addr, "MMCP_API_TOKEN=" + canary}, "mcp")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("mmcpd mcp after SIGTERM: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("mmcpd mcp still running 10 s after SIGTERM, with stdin open")
+		}
+	})
 }
 
 func mustJSON(v any) string {

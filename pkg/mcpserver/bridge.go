@@ -54,14 +54,42 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), maxMessage)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
+	// The client's messages are read on their own goroutine, so that a
+	// signal (ctx) ends the bridge even while the client keeps its end of
+	// stdin open and says nothing.
+	lines := make(chan []byte)
+	var readErr error
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), maxMessage)
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
+		}
+		readErr = sc.Err() // read only after lines is closed
+	}()
+	ended := false // the client's input ended (not a signal)
+read:
+	for {
+		var raw []byte
+		select {
+		case <-ctx.Done():
+			break read
+		case l, ok := <-lines:
+			if !ok {
+				ended = true
+				break read
+			}
+			raw = l
+		}
+		msg := bytes.TrimSpace(raw)
+		if len(msg) == 0 {
 			continue
 		}
-		msg := append([]byte(nil), line...)
 		var env envelope
 		if err := json.Unmarshal(msg, &env); err != nil {
 			b.answerError(nil, -32700, "not a JSON-RPC message: "+err.Error())
@@ -79,14 +107,12 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 		// to an elicitation, which must not be held up behind it.
 		wg.Go(func() { b.send(ctx, msg, env) })
 	}
-	err := sc.Err()
 	// Input ended, but the answers to what was sent are still owed (a
-	// script piping its requests in); a client that leaves for good stops
-	// the bridge with a signal.
+	// script piping its requests in); a signal cancels them (ctx).
 	wg.Wait()
 	b.end()
-	if err != nil {
-		return fmt.Errorf("reading the client's messages: %w", err)
+	if ended && readErr != nil {
+		return fmt.Errorf("reading the client's messages: %w", readErr)
 	}
 	return nil
 }
