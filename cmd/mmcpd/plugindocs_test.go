@@ -444,7 +444,7 @@ func renderPluginDocs(descs []*pluginpb.DescribeResponse) []byte {
 	w("# Bundled plugins\n\n")
 	w("<!-- Generated from the plugins' own descriptions by TestPluginDocs (cmd/mmcpd/plugindocs_test.go).\n")
 	w("     Do not edit by hand: run `%s=1 go test -run TestPluginDocs ./cmd/mmcpd`. -->\n\n", updateDocsVar)
-	w("Each plugin is built from `plugins/<name>` to `plugins/%s<name>` and started by the daemon at start-up (see SPEC.md, Plugins). ", plugins.FilePrefix)
+	w("Each plugin is built from `plugins/<name>` to `plugins/%s<name>` and run by the daemon: described at start-up (or from its cache), started when a call or a turn needs it, stopped after `MMCP_PLUGINS_IDLE` without use (see SPEC.md, Plugins). ", plugins.FilePrefix)
 	w("A plugin's settings are environment variables `%s<KEY>` given to the daemon; the daemon passes each plugin its own and no other. ", "MMCP_PLUGIN_<SLUG>_")
 	w("A plugin with a required setting missing, or a setting it cannot use, is on standby: its tools are listed as disabled, with the reason, until the setting is fixed and the daemon restarted. ")
 	w("A tool that needs approval stops the turn with an action request (`POST /v1/chat` answers `\"type\": \"action_request\"`) and runs only once the user approves it (`POST /v1/chat/respond`). ")
