@@ -9,13 +9,11 @@ package schema
 // grows by a line per tool instead of a second copy of every schema.
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -236,14 +234,7 @@ func (u *Union) decodeBatch(env map[string]json.RawMessage) (Decision, error) {
 		}
 	}
 	var d Decision
-	var ok bool
-	if t, found := env["thought"]; !found {
-		add("thought: missing required field")
-	} else if d.Thought, ok = jsonString(t); !ok {
-		add("thought: expected string, got %s", describe(t))
-	} else if n := utf8.RuneCountInString(d.Thought); n > maxThought {
-		add("thought: too long (%d characters, at most %d); one or two sentences", n, maxThought)
-	}
+	d.Thought = checkThought(env, add)
 	var items []json.RawMessage
 	raw := env["calls"]
 	switch {
@@ -262,9 +253,7 @@ func (u *Union) decodeBatch(env map[string]json.RawMessage) (Decision, error) {
 		d.Calls = append(d.Calls, c)
 	}
 	if len(probs) > 0 {
-		slices.Sort(probs)
-		probs = slices.Compact(probs)
-		return Decision{}, &ReplyError{Problems: probs}
+		return Decision{}, replyError(probs)
 	}
 	return d, nil
 }
@@ -300,24 +289,7 @@ func (u *Union) checkCall(raw json.RawMessage, at string) (Call, []string) {
 		add("%s.action: unknown action %q; valid actions: %s", at, clip(c.Action, 80), listing)
 	}
 	args, found := item["args"]
-	switch {
-	case !found:
-		add("%s.args: missing required field", at)
-	case args[0] != '{':
-		add("%s.args: expected object, got %s", at, describe(args))
-	case argSchema != nil:
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-		if err != nil {
-			add("%s.args: invalid JSON: %v", at, err)
-			break
-		}
-		if err := argSchema.Validate(inst); err != nil {
-			for _, p := range explain(err, inst) {
-				probs = append(probs, at+"."+p) // explain's paths start at args
-			}
-		}
-		c.Args = args
-	}
+	c.Args, probs = checkArgs(args, found, argSchema, at, false, probs)
 	return c, probs
 }
 

@@ -83,13 +83,7 @@ func (u *Union) Decode(reply string) (Decision, error) {
 	}
 	var d Decision
 	var ok bool
-	if t, found := env["thought"]; !found {
-		add("thought: missing required field")
-	} else if d.Thought, ok = jsonString(t); !ok {
-		add("thought: expected string, got %s", describe(t))
-	} else if n := utf8.RuneCountInString(d.Thought); n > maxThought {
-		add("thought: too long (%d characters, at most %d); one or two sentences", n, maxThought)
-	}
+	d.Thought = checkThought(env, add)
 	var argSchema *jsonschema.Schema
 	if a, found := env["action"]; !found {
 		add("action: missing required field; one of: %s", u.listing)
@@ -99,33 +93,71 @@ func (u *Union) Decode(reply string) (Decision, error) {
 		add("action: unknown action %q; valid actions: %s", clip(d.Action, 80), u.listing)
 	}
 	args, found := env["args"]
+	d.Args, probs = checkArgs(args, found, argSchema, "", true, probs)
+	if len(probs) > 0 {
+		return Decision{}, replyError(probs)
+	}
+	return d, nil
+}
+
+// checkThought reads the reply's thought, adding what is wrong with it: the
+// same rule for a single call and for calls.
+func checkThought(env map[string]json.RawMessage, add func(format string, a ...any)) string {
+	t, found := env["thought"]
+	if !found {
+		add("thought: missing required field")
+		return ""
+	}
+	thought, ok := jsonString(t)
+	if !ok {
+		add("thought: expected string, got %s", describe(t))
+	} else if n := utf8.RuneCountInString(thought); n > maxThought {
+		add("thought: too long (%d characters, at most %d); one or two sentences", n, maxThought)
+	}
+	return thought
+}
+
+// checkArgs validates one call's args (found: whether the call has them)
+// against its action's schema, when the action is known, and returns the
+// args once they are an object worth keeping, with probs and its own
+// problems. Paths start at at, "" for the reply itself, "calls[1]" for an
+// item of calls; stringHint points out an object sent as a string.
+func checkArgs(args json.RawMessage, found bool, argSchema *jsonschema.Schema, at string, stringHint bool, probs []string) (json.RawMessage, []string) {
+	prefix := ""
+	if at != "" {
+		prefix = at + "."
+	}
 	switch {
 	case !found:
-		add("args: missing required field")
+		probs = append(probs, prefix+"args: missing required field")
 	case args[0] != '{':
 		hint := ""
 		var s string
-		if json.Unmarshal(args, &s) == nil && strings.HasPrefix(strings.TrimSpace(s), "{") && json.Valid([]byte(s)) {
+		if stringHint && json.Unmarshal(args, &s) == nil && strings.HasPrefix(strings.TrimSpace(s), "{") && json.Valid([]byte(s)) {
 			hint = "; put the object itself there, not a string containing it"
 		}
-		add("args: expected object, got %s%s", describe(args), hint)
+		probs = append(probs, fmt.Sprintf("%sargs: expected object, got %s%s", prefix, describe(args), hint))
 	case argSchema != nil:
 		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 		if err != nil {
-			add("args: invalid JSON: %v", err)
+			probs = append(probs, fmt.Sprintf("%sargs: invalid JSON: %v", prefix, err))
 			break
 		}
 		if err := argSchema.Validate(inst); err != nil {
-			probs = append(probs, explain(err, inst)...)
+			for _, p := range explain(err, inst) {
+				probs = append(probs, prefix+p) // explain's paths start at args
+			}
 		}
-		d.Args = args
+		return args, probs
 	}
-	if len(probs) > 0 {
-		slices.Sort(probs)
-		probs = slices.Compact(probs)
-		return Decision{}, &ReplyError{Problems: probs}
-	}
-	return d, nil
+	return nil, probs
+}
+
+// replyError is the error of a reply with problems, each said once, in a
+// stable order.
+func replyError(probs []string) *ReplyError {
+	slices.Sort(probs)
+	return &ReplyError{Problems: slices.Compact(probs)}
 }
 
 // jsonString decodes raw if it is a JSON string; null is not one.
