@@ -81,34 +81,43 @@ func (e *llmError) Unwrap() []error {
 }
 
 func (c *Client) badResponse(what string) error {
+	return badResponse("Ollama at "+c.host, c.model, what)
+}
+
+func (c *Client) tooLarge(what string) error { return tooLarge("Ollama at "+c.host, c.model, what) }
+
+func (c *Client) timedOut(t *timeout) error { return timedOut("Ollama at "+c.host, c.model, t) }
+
+// badResponse is the error of a 200 that holds no reply; where names the
+// server ("Ollama at ...") and what says what came instead.
+func badResponse(where, model, what string) error {
 	return &llmError{
-		msg:  fmt.Sprintf("Ollama at %s sent %s to the chat request for model %q", c.host, what, c.model),
+		msg:  fmt.Sprintf("%s sent %s to the chat request for model %q", where, what, model),
 		kind: ErrBadResponse,
 	}
 }
 
 // tooLarge is the error of a call stopped because the reply passed a cap;
 // what says which.
-func (c *Client) tooLarge(what string) error {
+func tooLarge(where, model, what string) error {
 	return &llmError{
-		msg: fmt.Sprintf("Ollama at %s sent a reply too large to the chat request for model %q: %s; the call was stopped there",
-			c.host, c.model, what),
+		msg:  fmt.Sprintf("%s sent a reply too large to the chat request for model %q: %s; the call was stopped there", where, model, what),
 		kind: ErrReplyTooLarge,
 	}
 }
 
 // timedOut is the error of a call that passed one of the client's timeouts.
 // It names the setting, since raising it is the fix on a slow machine.
-func (c *Client) timedOut(t *timeout) error {
-	msg := fmt.Sprintf("the model %q on Ollama at %s did not answer within %s (%s); a slow machine, or a model still loading, may need more",
-		c.model, c.host, seconds(t.after), t.setting)
+func timedOut(where, model string, t *timeout) error {
+	msg := fmt.Sprintf("the model %q on %s did not answer within %s (%s); a slow machine, or a model still loading, may need more",
+		model, where, seconds(t.after), t.setting)
 	if t.pieces > 0 {
 		pieces := fmt.Sprintf("%d pieces", t.pieces)
 		if t.pieces == 1 {
 			pieces = "the first piece"
 		}
-		msg = fmt.Sprintf("the model %q on Ollama at %s sent nothing for %s (%s) after %s of its reply; a slow machine may need more",
-			c.model, c.host, seconds(t.after), t.setting, pieces)
+		msg = fmt.Sprintf("the model %q on %s sent nothing for %s (%s) after %s of its reply; a slow machine may need more",
+			model, where, seconds(t.after), t.setting, pieces)
 	}
 	return &llmError{msg: msg, kind: ErrTimeout}
 }

@@ -561,7 +561,7 @@ func (c *OpenAI) explain(op string, err error, info *callInfo, attempts int) err
 	if attempts > 1 {
 		tries = fmt.Sprintf(" after %d attempts", attempts)
 	}
-	where := fmt.Sprintf("the OpenAI-compatible server at %s", c.base)
+	where := c.where()
 	if info.status >= 400 {
 		msg, nCtx := serverSays(info.body)
 		status := fmt.Sprintf("%d %s", info.status, http.StatusText(info.status))
@@ -629,27 +629,11 @@ func (c *OpenAI) explain(op string, err error, info *callInfo, attempts int) err
 	}
 }
 
-func (c *OpenAI) badResponse(what string) error {
-	return &llmError{
-		msg:  fmt.Sprintf("the OpenAI-compatible server at %s sent %s to the chat request for model %q", c.base, what, c.model),
-		kind: ErrBadResponse,
-	}
-}
+// where names the server in errors, as "Ollama at ..." does for Client.
+func (c *OpenAI) where() string { return "the OpenAI-compatible server at " + c.base }
 
-func (c *OpenAI) tooLarge(what string) error {
-	return &llmError{
-		msg: fmt.Sprintf("the OpenAI-compatible server at %s sent a reply too large to the chat request for model %q: %s; the call was stopped there",
-			c.base, c.model, what),
-		kind: ErrReplyTooLarge,
-	}
-}
+func (c *OpenAI) badResponse(what string) error { return badResponse(c.where(), c.model, what) }
 
-func (c *OpenAI) timedOut(t *timeout) error {
-	msg := fmt.Sprintf("the model %q on the OpenAI-compatible server at %s did not answer within %s (%s); a slow machine, or a model still loading, may need more",
-		c.model, c.base, seconds(t.after), t.setting)
-	if t.pieces > 0 {
-		msg = fmt.Sprintf("the model %q on the OpenAI-compatible server at %s sent nothing for %s (%s) after %d pieces of its reply; a slow machine may need more",
-			c.model, c.base, seconds(t.after), t.setting, t.pieces)
-	}
-	return &llmError{msg: msg, kind: ErrTimeout}
-}
+func (c *OpenAI) tooLarge(what string) error { return tooLarge(c.where(), c.model, what) }
+
+func (c *OpenAI) timedOut(t *timeout) error { return timedOut(c.where(), c.model, t) }
