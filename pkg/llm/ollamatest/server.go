@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/mmcpd/mmcpd/pkg/llm/internal/fakeserver"
 )
 
 // Defaults for the figures a Reply leaves at zero.
@@ -72,9 +74,9 @@ type Server struct {
 	quit      chan struct{}
 	closeOnce sync.Once
 
+	script *fakeserver.Script[api.ChatRequest, Reply]
+
 	mu       sync.Mutex
-	script   []Reply
-	handle   func(api.ChatRequest) Reply
 	requests []api.ChatRequest
 	sent     []Response      // one per request, same index
 	models   map[string]bool // nil: every model name is known
@@ -95,18 +97,14 @@ func New(t testing.TB, script ...Reply) *Server {
 // client already looks, as Ollama started after the daemon.
 func NewAt(t testing.TB, addr string, script ...Reply) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("ollamatest: %v", err)
-	}
-	return start(t, ln, script...)
+	return start(t, fakeserver.Listen(t, addr), script...)
 }
 
 // start serves on ln, or on a port of its own when ln is nil.
 func start(t testing.TB, ln net.Listener, script ...Reply) *Server {
 	s := &Server{
 		quit:   make(chan struct{}),
-		script: slices.Clone(script),
+		script: fakeserver.NewScript[api.ChatRequest](script),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/chat", s.chat)
@@ -114,31 +112,18 @@ func start(t testing.TB, ln net.Listener, script ...Reply) *Server {
 	mux.HandleFunc("GET /api/tags", s.tags)
 	mux.HandleFunc("GET /api/version", s.version)
 	mux.HandleFunc("/{$}", s.root)
-	s.srv = httptest.NewUnstartedServer(drain(mux))
-	if ln != nil {
-		_ = s.srv.Listener.Close()
-		s.srv.Listener = ln
-	}
-	s.srv.Start()
+	s.srv = fakeserver.Start(ln, mux)
 	s.URL = s.srv.URL
 	t.Cleanup(s.Close)
 	return s
 }
 
 // Push appends replies to the script.
-func (s *Server) Push(r ...Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.script = append(s.script, r...)
-}
+func (s *Server) Push(r ...Reply) { s.script.Push(r...) }
 
 // Handle sets a function that answers /api/chat whenever the script is
 // empty.
-func (s *Server) Handle(f func(req api.ChatRequest) Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.handle = f
-}
+func (s *Server) Handle(f func(req api.ChatRequest) Reply) { s.script.Handle(f) }
 
 // Requests returns copies of every /api/chat request received, in order.
 func (s *Server) Requests() []api.ChatRequest {
@@ -180,18 +165,6 @@ func (s *Server) Close() {
 	})
 }
 
-// drain reads and closes every request body, so that a handler that stops
-// reading early never keeps a connection (and Close) waiting.
-func drain(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			_, _ = io.Copy(io.Discard, r.Body)
-			_ = r.Body.Close()
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
 func (s *Server) known(model string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,21 +172,12 @@ func (s *Server) known(model string) bool {
 }
 
 // next takes the reply for req: the head of the script, else the Handle
-// function's answer (called without the lock, so it may call Push).
+// function's answer, given a copy of req.
 func (s *Server) next(req api.ChatRequest) Reply {
-	s.mu.Lock()
-	if len(s.script) > 0 {
-		r := s.script[0]
-		s.script = s.script[1:]
-		s.mu.Unlock()
+	if r, ok := s.script.Next(copyRequest(req)); ok {
 		return r
 	}
-	f := s.handle
-	s.mu.Unlock()
-	if f == nil {
-		return Reply{Status: http.StatusInternalServerError, Error: "ollamatest: script exhausted"}
-	}
-	return f(copyRequest(req))
+	return Reply{Status: http.StatusInternalServerError, Error: "ollamatest: script exhausted"}
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -313,21 +277,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 // wait waits d, and reports false if the client went away or the server is
 // closing first.
-func (s *Server) wait(r *http.Request, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	case <-s.quit:
-		return false
-	}
-}
+func (s *Server) wait(r *http.Request, d time.Duration) bool { return fakeserver.Wait(r, s.quit, d) }
 
 // drip writes lines as writeLines does, one byte every pause, and reports
 // whether every byte went out.
@@ -439,7 +389,7 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", name))
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ShowResponse{
+	fakeserver.WriteJSON(w, http.StatusOK, api.ShowResponse{
 		Details: api.ModelDetails{
 			Format:            "gguf",
 			Family:            "ollamatest",
@@ -465,11 +415,11 @@ func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
 			Digest:     fmt.Sprintf("%064x", len(n)),
 		})
 	}
-	writeJSON(w, http.StatusOK, list)
+	fakeserver.WriteJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": Version})
+	fakeserver.WriteJSON(w, http.StatusOK, map[string]string{"version": Version})
 }
 
 func (s *Server) root(w http.ResponseWriter, r *http.Request) {
@@ -482,13 +432,7 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, map[string]string{"error": msg})
 }
 
 // writeLines writes one JSON value per line, as Ollama's chat endpoint does,

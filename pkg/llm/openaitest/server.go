@@ -26,6 +26,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/mmcpd/mmcpd/pkg/llm/internal/fakeserver"
 )
 
 // Model is the one model the server has until Models says otherwise.
@@ -101,9 +103,9 @@ type Server struct {
 	quit      chan struct{}
 	closeOnce sync.Once
 
+	script *fakeserver.Script[Request, Reply]
+
 	mu       sync.Mutex
-	script   []Reply
-	handle   func(Request) Reply
 	requests []Request
 	models   []string
 	key      string
@@ -124,24 +126,15 @@ func New(t testing.TB, script ...Reply) *Server {
 // where clients already look.
 func NewAt(t testing.TB, addr string, script ...Reply) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("openaitest: %v", err)
-	}
-	return start(t, ln, script...)
+	return start(t, fakeserver.Listen(t, addr), script...)
 }
 
 func start(t testing.TB, ln net.Listener, script ...Reply) *Server {
-	s := &Server{t: t, quit: make(chan struct{}), script: slices.Clone(script), models: []string{Model}}
+	s := &Server{t: t, quit: make(chan struct{}), script: fakeserver.NewScript[Request](script), models: []string{Model}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("GET /v1/models", s.listModels)
-	s.srv = httptest.NewUnstartedServer(drain(mux))
-	if ln != nil {
-		_ = s.srv.Listener.Close()
-		s.srv.Listener = ln
-	}
-	s.srv.Start()
+	s.srv = fakeserver.Start(ln, mux)
 	s.URL = s.srv.URL + "/v1"
 	t.Cleanup(s.Close)
 	return s
@@ -151,18 +144,10 @@ func start(t testing.TB, ln net.Listener, script ...Reply) *Server {
 func (s *Server) Addr() string { return s.srv.Listener.Addr().String() }
 
 // Push appends replies to the script.
-func (s *Server) Push(r ...Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.script = append(s.script, r...)
-}
+func (s *Server) Push(r ...Reply) { s.script.Push(r...) }
 
 // Handle sets a function that answers whenever the script is empty.
-func (s *Server) Handle(f func(Request) Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.handle = f
-}
+func (s *Server) Handle(f func(Request) Reply) { s.script.Handle(f) }
 
 // Models sets the models the server has: the list, and the names a chat may
 // ask for (any other gets 404, as vLLM and LM Studio answer).
@@ -225,16 +210,6 @@ func (s *Server) Close() {
 	})
 }
 
-func drain(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			_, _ = io.Copy(io.Discard, r.Body)
-			_ = r.Body.Close()
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
 // authorized answers 401 as llama-server does when a key is required and the
 // request lacks it.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
@@ -268,23 +243,14 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	for _, n := range names {
 		out.Data = append(out.Data, model{ID: n, Object: "model", Created: 1700000000, OwnedBy: "openaitest"})
 	}
-	writeJSON(w, http.StatusOK, out)
+	fakeserver.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) next(req Request) Reply {
-	s.mu.Lock()
-	if len(s.script) > 0 {
-		r := s.script[0]
-		s.script = s.script[1:]
-		s.mu.Unlock()
+	if r, ok := s.script.Next(req); ok {
 		return r
 	}
-	f := s.handle
-	s.mu.Unlock()
-	if f == nil {
-		return Reply{Status: http.StatusInternalServerError, Error: "openaitest: script exhausted"}
-	}
-	return f(req)
+	return Reply{Status: http.StatusInternalServerError, Error: "openaitest: script exhausted"}
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -335,7 +301,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	promptTokens := prompt/4 + 1
 	if nCtx > 0 && promptTokens > nCtx {
 		// llama.cpp's exceed_context_size_error, with its sizes.
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+		fakeserver.WriteJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
 			"code": 400, "message": "the request exceeds the available context size, try increasing it",
 			"type": "exceed_context_size_error", "n_prompt_tokens": promptTokens, "n_ctx": nCtx,
 		}})
@@ -401,7 +367,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 // whole answers a request that did not ask for a stream.
 func (s *Server) whole(w http.ResponseWriter, req Request, reply Reply, finish string) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	fakeserver.WriteJSON(w, http.StatusOK, map[string]any{
 		"id": "chatcmpl-openaitest", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
 		"choices": []any{map[string]any{
 			"index": 0, "message": map[string]any{"role": "assistant", "content": reply.Content}, "finish_reason": finish,
@@ -487,16 +453,7 @@ func flush(w http.ResponseWriter) {
 
 // wait waits d, and reports false if the client went away or the server is
 // closing first.
-func (s *Server) wait(r *http.Request, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.waitGone(r):
-		return false
-	}
-}
+func (s *Server) wait(r *http.Request, d time.Duration) bool { return fakeserver.Wait(r, s.quit, d) }
 
 func (s *Server) waitGone(r *http.Request) <-chan struct{} {
 	done := make(chan struct{})
@@ -533,13 +490,7 @@ func split(content string, n int) []string {
 }
 
 func writeError(w http.ResponseWriter, status int, msg, typ string) {
-	writeJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "type": typ}})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "type": typ}})
 }
 
 // convert checks a schema the way llama.cpp's json_schema_to_grammar would
