@@ -46,6 +46,16 @@ func idleHost(t testing.TB, dir, cache string, opts plugins.Options) (*plugins.H
 // closeNow closes h before the test ends (Close may run twice).
 func closeNow(h *plugins.Host) { h.Close() }
 
+// cachedHost is idleHost started from the describe cache: a first host
+// describes the plugins into cache and is closed, so that the one returned
+// starts with every plugin stopped.
+func cachedHost(t testing.TB, dir, cache string, opts plugins.Options) (*plugins.Host, *logBuffer) {
+	t.Helper()
+	h, _ := idleHost(t, dir, cache, plugins.Options{})
+	closeNow(h)
+	return idleHost(t, dir, cache, opts)
+}
+
 // TestIdleStopAndRestart: a plugin no call used for Idle is stopped, its
 // tools still offered; the next call starts it again, and that is no restart.
 func TestIdleStopAndRestart(t *testing.T) {
@@ -88,9 +98,7 @@ func TestIdleStopAndRestart(t *testing.T) {
 func TestConcurrentFirstCallsStartOnce(t *testing.T) {
 	dir := copyDir(t, "works")
 	cache := filepath.Join(t.TempDir(), "cache.json")
-	h, _ := idleHost(t, dir, cache, plugins.Options{})
-	closeNow(h)
-	h, logs := idleHost(t, dir, cache, plugins.Options{})
+	h, logs := cachedHost(t, dir, cache, plugins.Options{})
 	if n := len(procs(dir)); n != 0 {
 		t.Fatalf("described from the cache, yet %d processes run", n)
 	}
@@ -276,9 +284,7 @@ func TestIdleZeroKeepsEveryPlugin(t *testing.T) {
 func TestOnDemandStartFails(t *testing.T) {
 	dir := copyDir(t, "works")
 	cache := filepath.Join(t.TempDir(), "cache.json")
-	h, _ := idleHost(t, dir, cache, plugins.Options{})
-	closeNow(h)
-	h, logs := idleHost(t, dir, cache, plugins.Options{})
+	h, logs := cachedHost(t, dir, cache, plugins.Options{})
 	if !strings.Contains(logs.String(), "described from cache") {
 		t.Fatalf("not from the cache:\n%s", logs)
 	}
@@ -330,9 +336,7 @@ func TestMCPServerIdle(t *testing.T) {
 func TestContextProviderStartsPlugin(t *testing.T) {
 	dir := copyDir(t, "works")
 	cache := filepath.Join(t.TempDir(), "cache.json")
-	h, _ := idleHost(t, dir, cache, plugins.Options{})
-	closeNow(h)
-	h, _ = idleHost(t, dir, cache, plugins.Options{Context: plugins.ContextOptions{PerProvider: 5 * time.Second, Overall: 10 * time.Second, MaxChars: 1000, FailureLimit: 3, SkipFor: time.Minute}})
+	h, _ := cachedHost(t, dir, cache, plugins.Options{Context: plugins.ContextOptions{PerProvider: 5 * time.Second, Overall: 10 * time.Second, MaxChars: 1000, FailureLimit: 3, SkipFor: time.Minute}})
 	if len(procs(dir)) != 0 {
 		t.Fatal("started at Start")
 	}
