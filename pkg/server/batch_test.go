@@ -1,12 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
@@ -22,37 +19,19 @@ func TestBatchForClients(t *testing.T) {
 	e := startWith(t, options{tools: &tools{}},
 		ollamatest.Reply{Content: `{"thought":"both","calls":[{"action":"tmdb_search","args":{"query":"Dune"}},{"action":"tmdb_search","args":{"query":"Arrival"}}]}`},
 		final("Both found."))
-	req, _ := http.NewRequest("POST", e.url+"/v1/chat", strings.NewReader(`{"message":"find both"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	_, events := e.stream(t, "/v1/chat", `{"message":"find both"}`)
 	var tools []loop.Event
 	var done server.ChatResponse
-	sc := bufio.NewScanner(resp.Body)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if ev, ok := strings.CutPrefix(line, "event: "); ok {
-			event = ev
-			continue
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		switch event {
+	for _, ev := range events {
+		switch ev.name {
 		case "tool_start", "tool_end":
-			var ev loop.Event
-			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			var te loop.Event
+			if err := json.Unmarshal(ev.data, &te); err != nil {
 				t.Fatal(err)
 			}
-			tools = append(tools, ev)
+			tools = append(tools, te)
 		case "done":
-			if err := json.Unmarshal([]byte(data), &done); err != nil {
+			if err := json.Unmarshal(ev.data, &done); err != nil {
 				t.Fatal(err)
 			}
 		}

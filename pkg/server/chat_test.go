@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -151,56 +150,29 @@ func TestStaleAndSupersededApprovals(t *testing.T) {
 func TestSSE(t *testing.T) {
 	tool := &removeTool{}
 	e := startWith(t, options{tools: tool}, ollamatest.Reply{Content: "garbage"}, final("Streamed answer."))
-	req, _ := http.NewRequest("POST", e.url+"/v1/chat", strings.NewReader(`{"message":"hi"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("content type %q", ct)
-	}
-	var events []string
-	var last string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if ev, ok := strings.CutPrefix(line, "event: "); ok {
-			events = append(events, ev)
-		}
-		if d, ok := strings.CutPrefix(line, "data: "); ok {
-			last = d
-		}
+	_, streamed := e.stream(t, "/v1/chat", `{"message":"hi"}`)
+	events := eventNames(streamed)
+	var last json.RawMessage
+	if len(streamed) > 0 {
+		last = streamed[len(streamed)-1].data
 	}
 	want := []string{"start", "step_start", "model_reply", "validation_error", "thought_delta", "answer_delta", "model_reply", "final", "done"}
 	if !slices.Equal(events, want) {
 		t.Errorf("events = %v\nwant     %v", events, want)
 	}
 	var done server.ChatResponse
-	if err := json.Unmarshal([]byte(last), &done); err != nil || done.Answer != "Streamed answer." || done.SessionID == "" || done.Type != "answer" {
+	if err := json.Unmarshal(last, &done); err != nil || done.Answer != "Streamed answer." || done.SessionID == "" || done.Type != "answer" {
 		t.Errorf("done event = %s (%v)", last, err)
 	}
 }
 
 func TestSSEError(t *testing.T) {
 	e := start(t, "", ollamatest.Reply{Status: 404, Error: "model 'test-model' not found"})
-	req, _ := http.NewRequest("POST", e.url+"/v1/chat", strings.NewReader(`{"message":"hi"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var text strings.Builder
-	for sc.Scan() {
-		text.WriteString(sc.Text() + "\n")
-	}
-	if !strings.Contains(text.String(), "event: error\ndata: {\"error\":{\"code\":\"model_missing\"") {
-		t.Errorf("stream:\n%s", text.String())
+	_, events := e.stream(t, "/v1/chat", `{"message":"hi"}`)
+	if !slices.ContainsFunc(events, func(ev sseEvent) bool {
+		return ev.name == "error" && strings.HasPrefix(string(ev.data), `{"error":{"code":"model_missing"`)
+	}) {
+		t.Errorf("no model_missing error event in %v", eventNames(events))
 	}
 }
 
