@@ -35,27 +35,12 @@ func processesMetric(t *testing.T, addr string) string {
 	return string(m[1])
 }
 
-// copiedPluginsFolder is pluginsFolder with copies, not links: a link made
-// by another test would change the shared file's ctime, and so its identity
-// in the describe cache.
+// copiedPluginsFolder is pluginsFolder with copies, not links, and no
+// script: a link made by another test would change the shared file's ctime,
+// and so its identity in the describe cache.
 func copiedPluginsFolder(t *testing.T, names ...string) string {
 	t.Helper()
-	testPlugin, system := buildPlugins(t)
-	dir := pluginUserDir(t, false)
-	for _, n := range names {
-		src := testPlugin
-		if n == "system" {
-			src = system
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, plugins.FilePrefix+n), b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return placePlugins(t, false, names...)
 }
 
 // TestDaemonIdleStop: through the real daemon, a plugin on standby leaves no

@@ -202,6 +202,45 @@ func mediaRadarr(t *testing.T) *mediaService {
 	})
 }
 
+// mediaPluginsFolder makes a plugins folder with the named bundled plugins,
+// each ready to take mediaFixture's certificate.
+func mediaPluginsFolder(t *testing.T, names ...string) string {
+	t.Helper()
+	bundled, _ := bundledPlugins(t)
+	dir := pluginUserDir(t, false)
+	for _, n := range names {
+		name := plugins.FilePrefix + n
+		src, dst := filepath.Join(bundled, name), filepath.Join(dir, name)
+		if os.Link(src, dst) != nil {
+			if err := os.WriteFile(dst, mediaFixture(t, src), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// startMediaDaemon starts a daemon over the plugins in dir, with tmdb and
+// radarr wired to fakes and extra settings, and waits until it is ready.
+func startMediaDaemon(t *testing.T, dir string, extra ...string) *mediaStack {
+	t.Helper()
+	s := &mediaStack{tmdb: mediaTMDB(t), radarr: mediaRadarr(t), ollama: ollamatest.New(t)}
+	s.addr, s.logs, _ = startDaemon(t, append([]string{
+		"MMCP_OLLAMA_HOST=" + s.ollama.URL,
+		"MMCP_API_TOKEN=" + canary,
+		"MMCP_PLUGINS_DIR=" + dir,
+		"MMCP_PLUGIN_TMDB_API_KEY=" + mediaTMDBKey,
+		"MMCP_PLUGIN_TMDB_BASE_URL=" + s.tmdb.URL + "/3",
+		"MMCP_PLUGIN_RADARR_URL=" + s.radarr.URL,
+		"MMCP_PLUGIN_RADARR_API_KEY=" + mediaRadarrKey,
+	}, extra...))
+	if !waitFor(30*time.Second, func() bool { code, _ := apiGet(t, s.addr, "/readyz"); return code == 200 }) {
+		_, body := apiGet(t, s.addr, "/readyz")
+		t.Fatalf("/readyz never 200: %s\nlogs:\n%s", body, s.logs)
+	}
+	return s
+}
+
 // mediaStack is a daemon with the tmdb and radarr plugins, wired to fakes.
 type mediaStack struct {
 	tmdb, radarr *mediaService
@@ -212,31 +251,7 @@ type mediaStack struct {
 
 func startMediaStack(t *testing.T) *mediaStack {
 	t.Helper()
-	bundled, _ := bundledPlugins(t)
-	dir := pluginUserDir(t, false)
-	for _, n := range []string{"tmdb", "radarr"} {
-		name := plugins.FilePrefix + n
-		src, dst := filepath.Join(bundled, name), filepath.Join(dir, name)
-		if os.Link(src, dst) != nil {
-			if err := os.WriteFile(dst, mediaFixture(t, src), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	s := &mediaStack{tmdb: mediaTMDB(t), radarr: mediaRadarr(t), ollama: ollamatest.New(t)}
-	s.addr, s.logs, _ = startDaemon(t, []string{
-		"MMCP_OLLAMA_HOST=" + s.ollama.URL,
-		"MMCP_API_TOKEN=" + canary,
-		"MMCP_PLUGINS_DIR=" + dir,
-		"MMCP_PLUGIN_TMDB_API_KEY=" + mediaTMDBKey,
-		"MMCP_PLUGIN_TMDB_BASE_URL=" + s.tmdb.URL + "/3",
-		"MMCP_PLUGIN_RADARR_URL=" + s.radarr.URL,
-		"MMCP_PLUGIN_RADARR_API_KEY=" + mediaRadarrKey,
-	})
-	if !waitFor(30*time.Second, func() bool { code, _ := apiGet(t, s.addr, "/readyz"); return code == 200 }) {
-		_, body := apiGet(t, s.addr, "/readyz")
-		t.Fatalf("/readyz never 200: %s\nlogs:\n%s", body, s.logs)
-	}
+	s := startMediaDaemon(t, mediaPluginsFolder(t, "tmdb", "radarr"))
 	tools := listTools(t, s.addr)
 	for _, name := range []string{"tmdb_search", "radarr_add"} {
 		if tl, ok := tools[name]; !ok || tl.Disabled != "" {

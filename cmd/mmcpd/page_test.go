@@ -16,7 +16,6 @@ import (
 
 	"github.com/mmcpd/mmcpd/internal/needs"
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
-	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
 )
 
@@ -32,35 +31,11 @@ const screenshotVar = "MMCP_UPDATE_SCREENSHOT"
 // must show.
 func startPageStack(t *testing.T) *mediaStack {
 	t.Helper()
-	bundled, _ := bundledPlugins(t)
-	dir := pluginUserDir(t, false)
-	for _, n := range []string{"tmdb", "radarr", "sonarr", "transmission"} {
-		name := plugins.FilePrefix + n
-		src, dst := filepath.Join(bundled, name), filepath.Join(dir, name)
-		if os.Link(src, dst) != nil {
-			if err := os.WriteFile(dst, mediaFixture(t, src), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	closed := freeAddr(t) // nothing listens there: Transmission is down
-	s := &mediaStack{tmdb: mediaTMDB(t), radarr: mediaRadarr(t), ollama: ollamatest.New(t)}
-	s.addr, s.logs, _ = startDaemon(t, []string{
-		"MMCP_OLLAMA_HOST=" + s.ollama.URL,
-		"MMCP_API_TOKEN=" + canary,
-		"MMCP_PLUGINS_DIR=" + dir,
-		"MMCP_PLUGIN_TMDB_API_KEY=" + mediaTMDBKey,
-		"MMCP_PLUGIN_TMDB_BASE_URL=" + s.tmdb.URL + "/3",
-		"MMCP_PLUGIN_RADARR_URL=" + s.radarr.URL,
-		"MMCP_PLUGIN_RADARR_API_KEY=" + mediaRadarrKey,
+	return startMediaDaemon(t, mediaPluginsFolder(t, "tmdb", "radarr", "sonarr", "transmission"),
 		"MMCP_PLUGIN_SONARR_URL=http://127.0.0.1:1",
-		"MMCP_PLUGIN_TRANSMISSION_URL=http://" + closed + "/transmission/rpc",
-	})
-	if !waitFor(30*time.Second, func() bool { code, _ := apiGet(t, s.addr, "/readyz"); return code == 200 }) {
-		_, body := apiGet(t, s.addr, "/readyz")
-		t.Fatalf("/readyz never 200: %s\nlogs:\n%s", body, s.logs)
-	}
-	return s
+		"MMCP_PLUGIN_TRANSMISSION_URL=http://"+closed+"/transmission/rpc",
+	)
 }
 
 // browser is one headless Chromium tab, and what its console reported that

@@ -65,6 +65,18 @@ func buildPlugins(t *testing.T) (testPlugin, system string) {
 // no plugin at all.
 func pluginsFolder(t *testing.T, names ...string) string {
 	t.Helper()
+	dir := placePlugins(t, true, names...)
+	if err := os.WriteFile(filepath.Join(dir, "mmcp-plugin-notaplugin"), []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// placePlugins makes a plugins folder with the named plugins ("system" is
+// the bundled one, the others modes of the test plugin), linked where link
+// and the file system allow, else copied.
+func placePlugins(t *testing.T, link bool, names ...string) string {
+	t.Helper()
 	testPlugin, system := buildPlugins(t)
 	dir := pluginUserDir(t, false)
 	for _, n := range names {
@@ -73,18 +85,16 @@ func pluginsFolder(t *testing.T, names ...string) string {
 			src = system
 		}
 		dst := filepath.Join(dir, plugins.FilePrefix+n)
-		if err := os.Link(src, dst); err != nil {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(dst, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
+		if link && os.Link(src, dst) == nil {
+			continue
 		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "mmcp-plugin-notaplugin"), []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
-		t.Fatal(err)
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir
 }
