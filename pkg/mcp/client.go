@@ -51,6 +51,7 @@ type Options struct {
 type Conn struct {
 	session *sdk.ClientSession
 	cmd     *exec.Cmd
+	wire    *tripwire
 	done    chan struct{}
 	closing sync.Once
 }
@@ -61,6 +62,7 @@ func Connect(ctx context.Context, o Options) (*Conn, error) {
 	m := o.Manifest
 	var transport sdk.Transport
 	var cmd *exec.Cmd
+	wire := newTripwire()
 	if m.Command != "" {
 		path, err := command(m.Command, o.Dir, o.Env)
 		if err != nil {
@@ -71,12 +73,14 @@ func Connect(ctx context.Context, o Options) (*Conn, error) {
 		if o.Prepare != nil {
 			o.Prepare(cmd)
 		}
-		transport = &sdk.CommandTransport{Command: cmd, TerminateDuration: o.Grace}
+		transport = &commandTransport{cmd: cmd, grace: o.Grace, wire: wire}
 	} else {
 		transport = &sdk.StreamableClientTransport{
 			Endpoint:   m.URL,
-			HTTPClient: &http.Client{Transport: &withHeaders{headers: o.Headers, next: http.DefaultTransport}},
+			HTTPClient: &http.Client{Transport: &withHeaders{headers: o.Headers, next: &limitedBodies{wire: wire, next: http.DefaultTransport}}},
 			MaxRetries: 2,
+			// Ours, in limitedBodies, is lower and says why.
+			MaxEventSize: -1,
 		}
 	}
 	var changed func(context.Context, *sdk.ToolListChangedRequest)
@@ -97,9 +101,12 @@ func Connect(ctx context.Context, o Options) (*Conn, error) {
 			_ = cmd.Process.Kill()
 			go func() { _ = cmd.Wait() }() // reap it; the SDK may have already
 		}
+		if wire.isTripped() {
+			err = ErrTooLarge
+		}
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", o.Name, err)
 	}
-	c := &Conn{session: session, cmd: cmd, done: make(chan struct{})}
+	c := &Conn{session: session, cmd: cmd, wire: wire, done: make(chan struct{})}
 	go func() {
 		// Returns when the server closes the session: the command exited,
 		// or the HTTP session ended.
@@ -172,6 +179,19 @@ func (c *Conn) Server() (name, version string) {
 // Done is closed when the session has ended.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
+// TooLarge reports whether the session ended because the server sent a
+// message over MaxMessageBytes.
+func (c *Conn) TooLarge() bool { return c.wire.isTripped() }
+
+// limited turns an error caused by the message limit into ErrTooLarge: the
+// SDK's own wording of a failed read does not say which limit.
+func (c *Conn) limited(err error) error {
+	if err != nil && c.wire.isTripped() {
+		return ErrTooLarge
+	}
+	return err
+}
+
 // Close ends the session; a command gets its stdin closed and Grace to exit
 // before it is signalled.
 func (c *Conn) Close() {
@@ -180,7 +200,7 @@ func (c *Conn) Close() {
 
 // Ping asks the server for a sign of life.
 func (c *Conn) Ping(ctx context.Context) error {
-	return c.session.Ping(ctx, nil)
+	return c.limited(c.session.Ping(ctx, nil))
 }
 
 // Tool is one tool a server offers.
@@ -202,7 +222,7 @@ func (c *Conn) Tools(ctx context.Context) ([]Tool, error) {
 	for range maxPages {
 		res, err := c.session.ListTools(ctx, &sdk.ListToolsParams{Cursor: cursor})
 		if err != nil {
-			return nil, fmt.Errorf("listing tools: %w", err)
+			return nil, fmt.Errorf("listing tools: %w", c.limited(err))
 		}
 		for _, t := range res.Tools {
 			tool, err := convertTool(t)
@@ -261,6 +281,9 @@ func (c *Conn) Call(ctx context.Context, tool string, args json.RawMessage) (Res
 	}
 	res, err := c.session.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
+		if c.wire.isTripped() {
+			return Result{}, ErrTooLarge
+		}
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		}

@@ -82,7 +82,14 @@ type Options struct {
 	// sessions are open, so that clients hear of plugins that came up or
 	// went away; zero means two seconds.
 	Poll time.Duration
+	// MaxSessions bounds the sessions open at once, each of which holds
+	// state until it is closed or idle for IdleSession; zero means
+	// DefaultMaxSessions.
+	MaxSessions int
 }
+
+// DefaultMaxSessions is how many MCP sessions may be open at once by default.
+const DefaultMaxSessions = 64
 
 // Instructions tell the client what mmcpd is and how approvals work.
 const Instructions = "mmcpd runs a home media stack (films, series, music, downloads, the media server). " +
@@ -128,6 +135,9 @@ func New(o Options) *Handler {
 	if o.Poll <= 0 {
 		o.Poll = 2 * time.Second
 	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
 	h := &Handler{opts: o, listed: map[string]Tool{}, done: make(chan struct{})}
 	h.srv = mcp.NewServer(&mcp.Implementation{Name: "mmcpd", Title: "mmcpd", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: Instructions,
@@ -151,6 +161,24 @@ func New(o Options) *Handler {
 
 // ServeHTTP serves one request of the MCP endpoint.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A POST without a session id may open a session. Initializes racing
+	// each other can each pass, so the bound is MaxSessions plus those in
+	// flight at once, which the daemon's connection limit bounds.
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		n := 0
+		for ss := range h.srv.Sessions() {
+			// One that never initialized (a probe such as server/discover)
+			// is being closed by the SDK.
+			if ss.InitializeParams() != nil {
+				n++
+			}
+		}
+		if n >= h.opts.MaxSessions {
+			h.opts.Log.Warn("MCP session refused: too many open", "max", h.opts.MaxSessions)
+			http.Error(w, fmt.Sprintf("too many MCP sessions open (at most %d); close one (DELETE with its Mcp-Session-Id) or wait until an idle one expires", h.opts.MaxSessions), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	h.sync()
 	h.watch()
 	h.http.ServeHTTP(w, r)

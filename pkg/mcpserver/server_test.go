@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,4 +91,48 @@ func TestToolListFollowsTheDaemon(t *testing.T) {
 	if got := names(t, cs); !slices.Equal(got, []string{"ask", "b_two"}) {
 		t.Fatalf("tools after the change = %v", got)
 	}
+}
+
+// TestSessionLimit: past MaxSessions open sessions a new client is refused
+// with the reason; closing one makes room.
+func TestSessionLimit(t *testing.T) {
+	h := mcpserver.New(mcpserver.Options{MaxSessions: 2})
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	t.Cleanup(h.Close)
+	connect := func() (*mcp.ClientSession, error) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+		return c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: ts.URL, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
+	}
+	var open []*mcp.ClientSession
+	for range 2 {
+		cs, err := connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, cs)
+	}
+	if _, err := connect(); err == nil || !strings.Contains(err.Error(), "Service Unavailable") {
+		t.Fatalf("a third session: %v", err)
+	}
+	// The open ones still work.
+	if got := names(t, open[0]); !slices.Equal(got, []string{"ask"}) {
+		t.Fatalf("tools = %v", got)
+	}
+	if err := open[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The SDK forgets a closed session a moment after the DELETE.
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var cs *mcp.ClientSession
+		if cs, err = connect(); err == nil {
+			_ = cs.Close()
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("after closing one: %v", err)
+	}
+	_ = open[1].Close()
 }

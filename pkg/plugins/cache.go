@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -65,6 +66,11 @@ type describeCache struct {
 
 // openCache reads the cache at path, or starts an empty one when it is
 // missing or cannot be trusted. An empty path caches nothing.
+// MaxCacheBytes bounds the describe cache file; a larger one is ignored and
+// replaced, like a corrupt one. The tools the union takes (by default 64,
+// each schema at most 8 KiB) describe in far less.
+const MaxCacheBytes = 8 << 20
+
 func openCache(path string, log *slog.Logger) *describeCache {
 	if path == "" {
 		return nil
@@ -103,8 +109,13 @@ func (c *describeCache) load() error {
 	if err := ownedByDaemon(info); err != nil {
 		return err
 	}
+	// The file is the daemon's, yet a disk can be filled and a file
+	// replaced: nothing is read unbounded.
+	if info.Size() > MaxCacheBytes {
+		return fmt.Errorf("%d bytes, over the %d MiB limit", info.Size(), MaxCacheBytes>>20)
+	}
 	var file cacheFile
-	if err := json.NewDecoder(f).Decode(&file); err != nil {
+	if err := json.NewDecoder(io.LimitReader(f, MaxCacheBytes)).Decode(&file); err != nil {
 		return fmt.Errorf("unreadable: %w", err)
 	}
 	if file.Version != cacheVersion || file.Salt == "" || file.Entries == nil {

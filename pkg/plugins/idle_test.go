@@ -221,6 +221,26 @@ func TestDescribeCache(t *testing.T) {
 	if fromCache(l, "works") || !strings.Contains(l, "plugin describe cache ignored") {
 		t.Fatalf("a corrupt cache was used:\n%s", l)
 	}
+	// Valid, with 9 MiB of padding: over the size limit, so not read at all,
+	// and replaced.
+	if _, l := restart(nil); !fromCache(l, "works") {
+		t.Fatalf("the replaced cache is not used:\n%s", l)
+	}
+	b, err = os.ReadFile(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded := `{"pad":"` + strings.Repeat("p", 9<<20) + `",` + string(b[1:])
+	if err := os.WriteFile(cache, []byte(padded), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, l = restart(nil)
+	if fromCache(l, "works") || !strings.Contains(l, "plugin describe cache ignored") || !strings.Contains(l, "over the") {
+		t.Fatalf("an oversized cache was used:\n%s", l)
+	}
+	if st, err := os.Stat(cache); err != nil || st.Size() > 1<<20 {
+		t.Fatalf("oversized cache not replaced: %v %v", st.Size(), err)
+	}
 }
 
 // TestStandbyLeavesNoProcess: a plugin that lacks a required setting exits

@@ -122,7 +122,11 @@ func (h *Host) startMCP(ctx context.Context, m *managed) error {
 		killGroup(proc.pid) // whatever it forked into its group goes with it
 		close(proc.done)
 		if !h.isClosed() {
-			h.crashed(m, proc, "exited")
+			why := "exited"
+			if conn.TooLarge() {
+				why = "stopped: " + mcp.ErrTooLarge.Error()
+			}
+			h.crashed(m, proc, why)
 		}
 	}()
 	server, version := conn.Server()
@@ -299,6 +303,9 @@ func (h *Host) callMCP(ctx context.Context, e *toolEntry, args json.RawMessage) 
 			return "", &toolError{msg: oneLine(res.Text)}
 		}
 		return cutResult([]byte(res.Text)), nil
+	case errors.Is(err, mcp.ErrTooLarge):
+		h.crashed(m, proc, "stopped: "+err.Error())
+		return "", fmt.Errorf("MCP server %s sent a message over the %d MiB limit during the call to %s; it was stopped and restarts on next use", m.name, mcp.MaxMessageBytes>>20, e.tool.Name)
 	case errors.Is(ctx.Err(), context.Canceled):
 		return "", ctx.Err()
 	case cctx.Err() != nil:

@@ -391,3 +391,79 @@ func BenchmarkMCPCall(b *testing.B) {
 		})
 	}
 }
+
+// TestMCPTooLarge: a server that sends one message over the 4 MiB limit, or
+// one that never ends, is stopped like a crashed one, the model is told which
+// limit it broke, and it restarts on next use; a result under the limit
+// arrives and is cut to MaxResultBytes.
+func TestMCPTooLarge(t *testing.T) {
+	dir := goServerDir(t)
+	for _, name := range []string{"one", "two"} {
+		writeManifest(t, dir, name, map[string]any{"command": "./mcpserver"})
+	}
+	h, logs := startIn(t, dir, plugins.Options{})
+	out := mustCall(t, h, "one_big", `{"bytes":2097152}`)
+	if !strings.HasSuffix(out, "[... cut: result was 2097152 bytes]") {
+		t.Fatalf("a 2 MiB result: %d bytes, ending %q", len(out), out[max(0, len(out)-60):])
+	}
+	for _, c := range []struct{ server, tool, args string }{
+		{"one", "one_big", `{"bytes":5242880}`},
+		{"two", "two_endless", `{}`},
+	} {
+		t.Run(c.tool, func(t *testing.T) {
+			start := time.Now()
+			_, err := call(h, c.tool, c.args, 20*time.Second)
+			if err == nil || !strings.Contains(err.Error(), "over the 4 MiB limit") || !strings.Contains(err.Error(), "restarts on next use") {
+				t.Fatalf("%s: %v\n%s", c.tool, err, logs)
+			}
+			t.Logf("%s refused after %s", c.tool, time.Since(start).Round(time.Millisecond))
+			if p := info(t, h, c.server); p.Status != plugins.StatusRestarting || !strings.Contains(p.Reason, "4 MiB") {
+				t.Errorf("after the message: %s (%s)", p.Status, p.Reason)
+			}
+			if out := mustCall(t, h, c.server+"_echo", `{"text":"back"}`); out != "echo: back" {
+				t.Errorf("after the restart: %q", out)
+			}
+		})
+	}
+}
+
+// TestMCPHTTPTooLarge: the same limit holds for a response body of a URL
+// server, whether it answers with JSON or with an event stream.
+func TestMCPHTTPTooLarge(t *testing.T) {
+	server := sdk.NewServer(&sdk.Implementation{Name: "http-big", Version: "0.1"}, nil)
+	sdk.AddTool(server, &sdk.Tool{Name: "big", Description: "A text of the given size", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *sdk.CallToolRequest, in struct {
+			Bytes int `json:"bytes"`
+		}) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil, nil
+		})
+	dir := pluginDir(t)
+	for _, jsonResponse := range []bool{true, false} {
+		handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse})
+		srv := httptest.NewServer(handler)
+		t.Cleanup(srv.Close)
+		name := "sse"
+		if jsonResponse {
+			name = "json"
+		}
+		writeManifest(t, dir, name, map[string]any{"url": srv.URL})
+	}
+	h, logs := startIn(t, dir, plugins.Options{})
+	for _, name := range []string{"json", "sse"} {
+		t.Run(name, func(t *testing.T) {
+			if out := mustCall(t, h, name+"_big", `{"bytes":2097152}`); !strings.HasSuffix(out, "[... cut: result was 2097152 bytes]") {
+				t.Fatalf("a 2 MiB result: %d bytes", len(out))
+			}
+			_, err := call(h, name+"_big", `{"bytes":5242880}`, 20*time.Second)
+			if err == nil || !strings.Contains(err.Error(), "over the 4 MiB limit") {
+				t.Fatalf("5 MiB: %v\n%s", err, logs)
+			}
+			if p := info(t, h, name); p.Status != plugins.StatusRestarting || !strings.Contains(p.Reason, "4 MiB") {
+				t.Errorf("after the message: %s (%s)", p.Status, p.Reason)
+			}
+			if out := mustCall(t, h, name+"_big", `{"bytes":3}`); out != "xxx" {
+				t.Errorf("after reconnecting: %q", out)
+			}
+		})
+	}
+}

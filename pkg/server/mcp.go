@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -156,3 +157,30 @@ type bufferWriter struct {
 func (b *bufferWriter) Header() http.Header         { return b.header }
 func (b *bufferWriter) Write(p []byte) (int, error) { return b.body.Write(p) }
 func (b *bufferWriter) WriteHeader(code int)        { b.status = code }
+
+// bodyLimited holds /mcp to MaxBodyBytes, as the rest of the API: the SDK's
+// own cap is 4 MiB, and its refusal is not the API's error body. A declared
+// length over it is refused unread; a chunked body stops being read at the
+// limit. The body is read here, as every other handler reads its own.
+func (s *Server) bodyLimited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxBodyBytes {
+			s.fail(w, r, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body is over %d bytes", MaxBodyBytes), false)
+			return
+		}
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+			var tooBig *http.MaxBytesError
+			switch {
+			case errors.As(err, &tooBig):
+				s.fail(w, r, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body is over %d bytes", MaxBodyBytes), false)
+				return
+			case err != nil:
+				s.fail(w, r, http.StatusBadRequest, "invalid_request", "reading the request body: "+err.Error(), false)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}

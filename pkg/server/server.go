@@ -150,7 +150,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/schema", s.schema)
 	mux.HandleFunc("GET /v1/plugins", s.listPlugins)
 	s.mcp = s.mcpHandler()
-	mux.Handle("/mcp", s.mcp)
+	mux.Handle("/mcp", s.bodyLimited(s.mcp))
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}

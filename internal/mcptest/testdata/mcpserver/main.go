@@ -20,6 +20,10 @@ type textArgs struct {
 
 type empty struct{}
 
+type sizeArgs struct {
+	Bytes int `json:"bytes" jsonschema:"how many bytes of text to return"`
+}
+
 func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 }
@@ -90,6 +94,25 @@ func main() {
 					return text("late and here"), nil, nil
 				})
 			return text("grown"), nil, nil
+		})
+	// A result of any size, to show a large one cut and an oversized one
+	// refused.
+	mcp.AddTool(server, &mcp.Tool{Name: "big", Description: "A text result of the given size", Annotations: readOnly},
+		func(_ context.Context, _ *mcp.CallToolRequest, in sizeArgs) (*mcp.CallToolResult, any, error) {
+			return text(strings.Repeat("x", in.Bytes)), nil, nil
+		})
+	// A message that never ends: what a hostile server can write on stdout.
+	mcp.AddTool(server, &mcp.Tool{Name: "endless", Description: "Write one JSON-RPC message that never ends", Annotations: readOnly},
+		func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
+			chunk := []byte(strings.Repeat("y", 64<<10))
+			if _, err := os.Stdout.WriteString(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"`); err != nil {
+				os.Exit(4)
+			}
+			for {
+				if _, err := os.Stdout.Write(chunk); err != nil {
+					os.Exit(4) // the client stopped reading
+				}
+			}
 		})
 	if err := server.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpserver:", err)
