@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -389,12 +391,21 @@ func TestMCPServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stdin.Close()
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Its answer to initialize says the bridge runs, signal handler
+		// included; then the client goes quiet with stdin still open.
+		io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+		if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+			t.Fatalf("no answer to initialize: %v", err)
+		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		time.Sleep(300 * time.Millisecond)
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -552,6 +552,15 @@ type toolError struct {
 
 func (e *toolError) Error() string { return e.msg }
 
+// timeoutError is a call that ran out of its time. It says so with
+// Timeout(), as net.Error does, because the plugin honours the deadline it
+// was given and may give up a moment before the caller's own context
+// notices: the caller cannot tell from its context alone.
+type timeoutError string
+
+func (e timeoutError) Error() string { return string(e) }
+func (e timeoutError) Timeout() bool { return true }
+
 // Transient implements loop.Transient: the loop calls a read-only tool again
 // after such an error.
 func (e *toolError) Transient() bool { return e.transient }
@@ -642,9 +651,9 @@ func (h *Host) call(ctx context.Context, e *toolEntry, args json.RawMessage) (st
 	case rpcCtx.Err() != nil:
 		h.log.Warn("plugin did not answer after its deadline; killing it", "plugin", m.name, "tool", e.tool.Name, "grace", h.opts.KillGrace)
 		h.crashed(m, proc, "killed: it did not answer within its deadline plus "+h.opts.KillGrace.String())
-		return "", fmt.Errorf("tool %s did not finish within %s; plugin %s was stopped and restarts on next use", e.tool.Name, limit.Round(time.Millisecond), m.name)
+		return "", timeoutError(fmt.Sprintf("tool %s did not finish within %s; plugin %s was stopped and restarts on next use", e.tool.Name, limit.Round(time.Millisecond), m.name))
 	case code == codes.DeadlineExceeded || code == codes.Canceled:
-		return "", fmt.Errorf("tool %s did not finish within %s", e.tool.Name, limit.Round(time.Millisecond))
+		return "", timeoutError(fmt.Sprintf("tool %s did not finish within %s", e.tool.Name, limit.Round(time.Millisecond)))
 	case code == codes.ResourceExhausted:
 		return "", fmt.Errorf("tool %s returned more than %d bytes; the result was dropped", e.tool.Name, MaxMessageBytes)
 	case code == codes.Unavailable || proc.exited():

@@ -86,7 +86,9 @@ func (m mcpCalls) Call(ctx context.Context, name string, args json.RawMessage) (
 	cctx, cancel := context.WithTimeout(ctx, m.s.Limits.ToolTimeout)
 	defer cancel()
 	out, err := m.s.Calls.Call(cctx, name, args)
-	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+	var timeout interface{ Timeout() bool }
+	timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout()
+	if err != nil && timedOut && ctx.Err() == nil {
 		// The host words it with the time that was left when it started,
 		// a millisecond short; the setting is what the client can change.
 		err = fmt.Errorf("tool %s did not finish within %s (MMCP_TOOL_TIMEOUT)", name, shortDuration(m.s.Limits.ToolTimeout))
