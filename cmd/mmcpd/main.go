@@ -291,13 +291,14 @@ func serve(stderr io.Writer) error {
 	d.model.OnCall(m.ModelCall)
 	d.runner.Events = m.Observe
 	api := &server.Server{
-		Turns:   d.runner,
-		Catalog: d.runner,
-		Model:   d.model,
-		Store:   st,
-		Plugins: d.host,
-		Calls:   d.host,
-		Version: buildVersion(),
+		Turns:     d.runner,
+		Catalog:   d.runner,
+		Model:     d.model,
+		Store:     st,
+		Plugins:   d.host,
+		Calls:     d.host,
+		Version:   buildVersion(),
+		PublicURL: cfg.PublicURL,
 		Limits: server.Limits{
 			MaxMessageChars:    cfg.MaxMessageChars,
 			MaxConcurrentTurns: cfg.MaxConcurrentTurns,

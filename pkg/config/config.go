@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/mmcpd/mmcpd/pkg/redact"
 )
 
 const prefix = "mmcp"
@@ -33,6 +36,7 @@ const prefix = "mmcp"
 type Config struct {
 	ListenAddr              string        `split_words:"true" default:"127.0.0.1:8787" desc:"HTTP listen address, host:port"`
 	AllowedHosts            string        `split_words:"true" desc:"comma-separated Host names (name or name:port) the API answers besides localhost, loopback addresses and the listen address; * allows any"`
+	PublicURL               string        `split_words:"true" desc:"the address people open the page at (e.g. http://nas.local:8787), for the links mmcpd writes into answers (an approval asked on the OpenAI route); empty: the address the request came to"`
 	OllamaHost              string        `split_words:"true" default:"http://127.0.0.1:11434" desc:"Ollama server URL or host[:port]; defaults to $OLLAMA_HOST when that is set"`
 	OllamaModel             string        `split_words:"true" default:"qwen2.5:7b-instruct" desc:"Ollama model name"`
 	OllamaNumCtx            int           `split_words:"true" default:"8192" desc:"context window in tokens requested from Ollama (num_ctx), at least 512"`
@@ -123,6 +127,7 @@ func (c Config) validate() error {
 	return errors.Join(
 		validateListenAddr(c.ListenAddr),
 		validateAllowedHosts(c.AllowedHostList()),
+		validatePublicURL(c.PublicURL),
 		nonEmpty("MMCP_OLLAMA_MODEL", c.OllamaModel),
 		atLeast("MMCP_OLLAMA_NUM_CTX", c.OllamaNumCtx, 512),
 		temperature("MMCP_LLM_TEMPERATURE", c.LLMTemperature),
@@ -160,6 +165,26 @@ func (c Config) validate() error {
 		oneOf("MMCP_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error"),
 		oneOf("MMCP_LOG_FORMAT", c.LogFormat, "text", "json"),
 	)
+}
+
+// validatePublicURL accepts an empty value or an absolute http(s) URL with a
+// host and, behind a reverse proxy, a path; nothing that would ride along
+// into every link (credentials, a query, a fragment).
+func validatePublicURL(raw string) error {
+	const name = "MMCP_PUBLIC_URL"
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %q is not a URL: %w", name, raw, err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+		return fmt.Errorf("%s: must be an http:// or https:// address with a host (e.g. http://nas.local:8787), got %q", name, raw)
+	case u.User != nil, u.RawQuery != "", u.Fragment != "" || strings.HasSuffix(raw, "#"):
+		return fmt.Errorf("%s: must not carry credentials, a query or a fragment (it starts every link mmcpd writes), got %q", name, redact.URL(raw))
+	}
+	return nil
 }
 
 func validateListenAddr(addr string) error {

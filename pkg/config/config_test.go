@@ -18,6 +18,7 @@ import (
 var documented = []struct{ name, def string }{
 	{"MMCP_LISTEN_ADDR", "127.0.0.1:8787"},
 	{"MMCP_ALLOWED_HOSTS", ""},
+	{"MMCP_PUBLIC_URL", ""},
 	{"MMCP_OLLAMA_HOST", "http://127.0.0.1:11434"},
 	{"MMCP_OLLAMA_MODEL", "qwen2.5:7b-instruct"},
 	{"MMCP_OLLAMA_NUM_CTX", "8192"},
@@ -159,6 +160,7 @@ var readCases = []struct {
 }{
 	{"MMCP_LISTEN_ADDR", "0.0.0.0:9000", func(c *Config) { c.ListenAddr = "0.0.0.0:9000" }},
 	{"MMCP_ALLOWED_HOSTS", "nas.local, media.example.com:8787,[fd00::1]:8787,*,", func(c *Config) { c.AllowedHosts = "nas.local, media.example.com:8787,[fd00::1]:8787,*," }},
+	{"MMCP_PUBLIC_URL", "https://media.example.com/mmcpd/", func(c *Config) { c.PublicURL = "https://media.example.com/mmcpd/" }},
 	{"MMCP_OLLAMA_HOST", "http://gpu-box:11434", func(c *Config) { c.OllamaHost = "http://gpu-box:11434" }},
 	{"MMCP_OLLAMA_MODEL", "llama3.1:8b", func(c *Config) { c.OllamaModel = "llama3.1:8b" }},
 	{"MMCP_OLLAMA_NUM_CTX", "16384", func(c *Config) { c.OllamaNumCtx = 16384 }},
@@ -344,6 +346,13 @@ func TestInvalidValues(t *testing.T) {
 		{"MMCP_LISTEN_ADDR", "localhost:http"},
 		{"MMCP_LISTEN_ADDR", "localhost:70000"},
 		{"MMCP_LISTEN_ADDR", ""},
+		{"MMCP_PUBLIC_URL", "nas.local:8787"},
+		{"MMCP_PUBLIC_URL", "ftp://nas.local"},
+		{"MMCP_PUBLIC_URL", "http://"},
+		{"MMCP_PUBLIC_URL", "http://user:secret@nas.local"},
+		{"MMCP_PUBLIC_URL", "http://nas.local/?token=x"},
+		{"MMCP_PUBLIC_URL", "http://nas.local/#x"},
+		{"MMCP_PUBLIC_URL", "http://nas.local/#"},
 		{"MMCP_ALLOWED_HOSTS", "http://nas.local"},
 		{"MMCP_ALLOWED_HOSTS", "nas.local/"},
 		{"MMCP_ALLOWED_HOSTS", "nas.local:0"},
@@ -580,6 +589,7 @@ func TestEffective(t *testing.T) {
 	}
 	want := `MMCP_LISTEN_ADDR=127.0.0.1:8787
 MMCP_ALLOWED_HOSTS=
+MMCP_PUBLIC_URL=
 MMCP_OLLAMA_HOST=http://127.0.0.1:11434
 MMCP_OLLAMA_MODEL=qwen2.5:7b-instruct
 MMCP_OLLAMA_NUM_CTX=8192
@@ -719,5 +729,13 @@ func TestEveryBadVariableReported(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// A public URL refused for its credentials is not quoted with them.
+func TestPublicURLErrorHidesCredentials(t *testing.T) {
+	err := validatePublicURL("http://mmcp:hunter2@nas.local:8787/")
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "MMCP_PUBLIC_URL") {
+		t.Errorf("validatePublicURL = %v, want an error naming the setting without the password", err)
 	}
 }

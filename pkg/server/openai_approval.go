@@ -219,8 +219,17 @@ func (s *Server) question(r *http.Request, session, approval, code string, p *lo
 	}
 	fmt.Fprintf(&b, "\nNothing has run yet. Reply **yes** to run it or **no** to cancel it; any other reply cancels it and is taken as a new message. "+
 		"The request expires in %s (approval code %s).\n", shortDuration(s.Limits.ApprovalTTL), code)
-	fmt.Fprintf(&b, "\nOr answer it on mmcpd's page: http://%s/#session=%s&approval=%s", r.Host, session, approval)
+	fmt.Fprintf(&b, "\nOr answer it on mmcpd's page: %s/#session=%s&approval=%s", s.pageURL(r), session, approval)
 	return b.String()
+}
+
+// pageURL is the page's address for a link in an answer to r, without a
+// trailing slash.
+func (s *Server) pageURL(r *http.Request) string {
+	if s.PublicURL != "" {
+		return strings.TrimRight(s.PublicURL, "/")
+	}
+	return "http://" + r.Host
 }
 
 // readableArgs are a call's arguments as name and value (JSON, compact), in

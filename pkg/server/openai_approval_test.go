@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go"
 
 	"github.com/mmcpd/mmcpd/pkg/llm/ollamatest"
+	"github.com/mmcpd/mmcpd/pkg/loop"
 	"github.com/mmcpd/mmcpd/pkg/plugins"
 	"github.com/mmcpd/mmcpd/pkg/server"
 	"github.com/mmcpd/mmcpd/pkg/store"
@@ -68,6 +69,13 @@ type guardEnv struct {
 
 func startGuard(t *testing.T, limits server.Limits, script ...ollamatest.Reply) *guardEnv {
 	t.Helper()
+	return startGuardWith(t, options{limits: limits}, script...)
+}
+
+// startGuardWith is startGuard with more of the server's options; the token
+// and the tools are the guard's.
+func startGuardWith(t *testing.T, o options, script ...ollamatest.Reply) *guardEnv {
+	t.Helper()
 	bin := guardPlugin(t)
 	dir := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(dir, plugins.FilePrefix+"guard")); err != nil {
@@ -80,7 +88,8 @@ func startGuard(t *testing.T, limits server.Limits, script ...ollamatest.Reply) 
 	}
 	host.Start(context.Background())
 	t.Cleanup(host.Close)
-	e := startWith(t, options{token: "tok", tools: host, limits: limits}, script...)
+	o.token, o.tools = "tok", host
+	e := startWith(t, o, script...)
 	return &guardEnv{env: e, log: runs}
 }
 
@@ -306,5 +315,18 @@ func TestOpenAIApprovalAnsweredOnThePage(t *testing.T) {
 	}
 	if r := g.runs(t); len(r) != 1 {
 		t.Errorf("runs = %v, want one", r)
+	}
+}
+
+// With MMCP_PUBLIC_URL set, the question links the page there, whatever
+// Host the client called mmcpd by (Open WebUI in a container calls it
+// host.docker.internal, which the user's browser does not know).
+func TestOpenAIApprovalLinkUsesPublicURL(t *testing.T) {
+	g := startGuardWith(t, options{configure: func(_ *store.Store, _ *loop.Runner, s *server.Server) {
+		s.PublicURL = "https://media.example.com/mmcpd/"
+	}}, removeCall())
+	q := ask(t, g.env, false, openai.UserMessage("remove old"))
+	if !regexp.MustCompile(`Or answer it on mmcpd's page: https://media\.example\.com/mmcpd/#session=[0-9a-f-]{36}&approval=[0-9a-f-]{36}`).MatchString(q) {
+		t.Errorf("the question does not link the page at the public URL:\n%s", q)
 	}
 }

@@ -115,8 +115,13 @@ type Server struct {
 	// AllowedHosts are the other Host names requests may carry
 	// (MMCP_ALLOWED_HOSTS): "name" (any port), "name:port", or "*" for any.
 	AllowedHosts []string
-	Limits       Limits
-	Log          *slog.Logger
+	// PublicURL is where people open the page (MMCP_PUBLIC_URL), for the
+	// links written into answers; empty: http:// and the Host the request
+	// named, which a client in a container may know by a name the user's
+	// browser does not (host.docker.internal).
+	PublicURL string
+	Limits    Limits
+	Log       *slog.Logger
 	// TurnDone, when set, is told how each finished turn ended: answer,
 	// action_request, failed or cancelled.
 	TurnDone func(outcome string)
