@@ -17,6 +17,7 @@ import (
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
 	"github.com/mmcpd/mmcpd/plugins/internal/human"
+	"github.com/mmcpd/mmcpd/plugins/internal/source"
 )
 
 // maxListed bounds the torrents in one answer; the rest are counted.
@@ -289,13 +290,13 @@ func (q *qbittorrent) add(ctx context.Context, a addArgs) (addResult, error) {
 	if q.err != nil {
 		return addResult{}, q.err
 	}
-	source, err := checkSource(a.Source)
+	src, err := source.Check(a.Source)
 	if err != nil {
 		return addResult{}, err
 	}
 	// A magnet link names its torrent; a URL's torrent is told apart from
 	// those that were already the newest.
-	hash := magnetHash(source)
+	hash := magnetHash(src)
 	var before []torrent
 	if hash != "" {
 		have, err := q.torrents(ctx, url.Values{"hashes": {hash}})
@@ -310,7 +311,7 @@ func (q *qbittorrent) add(ctx context.Context, a addArgs) (addResult, error) {
 		return addResult{}, err
 	}
 
-	form := url.Values{"urls": {source}}
+	form := url.Values{"urls": {src}}
 	if c := strings.TrimSpace(a.Category); c != "" {
 		form.Set("category", c)
 	}
@@ -380,33 +381,6 @@ func (q *qbittorrent) added(ctx context.Context, hash string, before []torrent) 
 		case <-time.After(addPoll):
 		}
 	}
-}
-
-// checkSource keeps torrents/add to what the tool promises: qBittorrent
-// also takes bc://bt/ links, and its urls field is split at newlines.
-func checkSource(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if strings.ContainsAny(s, "\r\n") {
-		return "", errors.New("source must be one magnet link or URL, on one line")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("source %q is not a valid magnet link or URL: %v", httpapi.Text(s, 100), err)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "magnet":
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil || !strings.HasPrefix(strings.ToLower(q.Get("xt")), "urn:bt") {
-			return "", fmt.Errorf("source %q is a magnet link without a torrent hash (xt=urn:btih:...)", httpapi.Text(s, 100))
-		}
-	case "http", "https":
-		if u.Host == "" {
-			return "", fmt.Errorf("source %q is a URL without a host", httpapi.Text(s, 100))
-		}
-	default:
-		return "", fmt.Errorf("source must be a magnet: link or an http(s) URL of a .torrent file, not %q", httpapi.Text(s, 100))
-	}
-	return s, nil
 }
 
 // magnetHash is the v1 info hash a magnet link names (xt=urn:btih: with 40

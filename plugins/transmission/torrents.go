@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/mmcpd/mmcpd/pkg/plugins/httpapi"
 	"github.com/mmcpd/mmcpd/plugins/internal/human"
+	"github.com/mmcpd/mmcpd/plugins/internal/source"
 )
 
 // maxListed bounds the torrents in one answer; the rest are counted.
@@ -271,11 +271,11 @@ type addResult struct {
 }
 
 func (t *transmission) add(ctx context.Context, a addArgs) (addResult, error) {
-	source, err := checkSource(a.Source)
+	src, err := source.Check(a.Source)
 	if err != nil {
 		return addResult{}, err
 	}
-	req := addRequest{Filename: source, DownloadDir: strings.TrimSpace(a.DownloadDir), Paused: a.Paused}
+	req := addRequest{Filename: src, DownloadDir: strings.TrimSpace(a.DownloadDir), Paused: a.Paused}
 	var r struct {
 		Added     *torrentRef `json:"torrent-added"`
 		Duplicate *torrentRef `json:"torrent-duplicate"`
@@ -296,30 +296,6 @@ func (t *transmission) add(ctx context.Context, a addArgs) (addResult, error) {
 		return addResult{Result: "already present", ID: r.Duplicate.ID, Name: httpapi.Text(r.Duplicate.Name, 150)}, nil
 	}
 	return addResult{}, fmt.Errorf("Transmission answered torrent-add without naming the torrent: %w", httpapi.ErrBadResponse)
-}
-
-// checkSource keeps torrent-add to what the tool promises: filename would
-// also take a path on the Transmission machine.
-func checkSource(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("source %q is not a valid magnet link or URL: %v", httpapi.Text(s, 100), err)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "magnet":
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil || !strings.HasPrefix(strings.ToLower(q.Get("xt")), "urn:bt") {
-			return "", fmt.Errorf("source %q is a magnet link without a torrent hash (xt=urn:btih:...)", httpapi.Text(s, 100))
-		}
-	case "http", "https":
-		if u.Host == "" {
-			return "", fmt.Errorf("source %q is a URL without a host", httpapi.Text(s, 100))
-		}
-	default:
-		return "", fmt.Errorf("source must be a magnet: link or an http(s) URL of a .torrent file, not %q", httpapi.Text(s, 100))
-	}
-	return s, nil
 }
 
 // --- transmission_pause, transmission_resume, transmission_remove
